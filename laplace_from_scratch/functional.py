@@ -1,0 +1,68 @@
+"""The network as a function f(θ, x) of one flat parameter vector θ.
+
+Laplace works with θ ∈ ℝᴾ as a single vector: the Hessian and the GGN are P×P
+matrices, samples are P-vectors. PyTorch stores parameters as a dict of tensors,
+so we flatten them once and rebuild the dict on every call with
+``torch.func.functional_call``. Then Jacobians, JVPs and VJPs with respect to θ
+are one ``torch.func`` call each.
+
+Shapes: N examples, K outputs, P parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+Functional = Callable[[Tensor, Tensor], Tensor]
+
+
+def flatten_params(model: nn.Module) -> Tensor:
+    """All trainable parameters of ``model`` as one detached vector, shape (P,).
+
+    The order is ``model.named_parameters()``, the same order laplace-torch uses
+    (``parameters_to_vector``).
+    """
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+
+
+def unflatten_params(theta: Tensor, model: nn.Module) -> dict[str, Tensor]:
+    """Split a flat vector θ of shape (P,) into a ``{name: tensor}`` dict shaped like ``model``."""
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    n_params = sum(p.numel() for _, p in named)
+    if theta.shape != (n_params,):
+        raise ValueError(f"theta has shape {tuple(theta.shape)} but the model has {n_params} parameters")
+    params, i = {}, 0
+    for name, p in named:
+        params[name] = theta[i : i + p.numel()].view_as(p)
+        i += p.numel()
+    return params
+
+
+def make_functional(model: nn.Module) -> tuple[Functional, Tensor]:
+    """Return ``(f, theta)`` with ``f(theta, X) == model(X)``.
+
+    ``theta`` (P,) is a detached copy of the current parameters; ``f`` maps
+    θ (P,) and inputs X (N, ...) to outputs (N, K). Buffers (e.g. batch-norm
+    statistics) are taken from ``model`` as they are.
+    """
+    buffers = dict(model.named_buffers())
+
+    def f(theta: Tensor, X: Tensor) -> Tensor:
+        return functional_call(model, (unflatten_params(theta, model), buffers), (X,))
+
+    return f, flatten_params(model)
+
+
+def vector_to_model(theta: Tensor, model: nn.Module) -> None:
+    """Copy the flat vector θ (P,) into the parameters of ``model`` in place."""
+    with torch.no_grad():
+        for p, v in zip(
+            (p for p in model.parameters() if p.requires_grad),
+            unflatten_params(theta, model).values(),
+            strict=True,
+        ):
+            p.copy_(v)
