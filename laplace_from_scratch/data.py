@@ -5,7 +5,8 @@
 * :func:`toy_linear`: two linearly separable Gaussian clusters in 2-D.
 * :func:`toy_nonlinear`: two interleaving half-moons in 2-D (not linearly separable).
 
-Everything is generated from a ``torch.Generator`` with a fixed seed; no downloads.
+Everything is generated in float64 from a ``torch.Generator`` with a fixed seed, then cast to
+``dtype`` (default: ``torch.get_default_dtype()``); no downloads.
 """
 
 from __future__ import annotations
@@ -40,18 +41,19 @@ def sinusoid(
     n_test: int = 500,
     test_range: tuple[float, float] = (-10.0, 13.0),
     seed: int = 0,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> RegressionData:
     """y = sin(x) + noise·ε with x ~ U[0, 10]; test inputs evenly spaced on ``test_range``."""
     g = torch.Generator().manual_seed(seed)
     x = 10 * torch.rand(n, 1, generator=g, dtype=torch.float64)
     y = torch.sin(x) + noise * torch.randn(n, 1, generator=g, dtype=torch.float64)
     X_test = torch.linspace(*test_range, n_test, dtype=torch.float64).unsqueeze(-1)
+    dtype = dtype or torch.get_default_dtype()
     return RegressionData(x.to(dtype), y.to(dtype), X_test.to(dtype))
 
 
 def toy_linear(
-    n: int = 100, std: float = 0.7, margin: float = 0.5, seed: int = 0, dtype: torch.dtype = torch.float32
+    n: int = 100, std: float = 0.7, margin: float = 0.5, seed: int = 0, dtype: torch.dtype | None = None
 ) -> ClassificationData:
     """Two Gaussian clusters centred at (−1.5, −1.5) (label 0) and (1.5, 1.5) (label 1).
 
@@ -70,11 +72,11 @@ def toy_linear(
     while bad(X).any():
         redo = bad(X)
         X[redo] = centre[redo] + std * torch.randn(int(redo.sum()), 2, generator=g, dtype=torch.float64)
-    return ClassificationData(X.to(dtype), y)
+    return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)
 
 
 def toy_nonlinear(
-    n: int = 200, noise: float = 0.15, seed: int = 0, dtype: torch.dtype = torch.float32
+    n: int = 200, noise: float = 0.15, seed: int = 0, dtype: torch.dtype | None = None
 ) -> ClassificationData:
     """Two interleaving half-moons (label 0: upper moon, label 1: lower moon), centred at 0."""
     g = torch.Generator().manual_seed(seed)
@@ -85,4 +87,4 @@ def toy_nonlinear(
     X = torch.where(y.unsqueeze(-1) == 0, upper, lower)
     X = X - torch.tensor([0.5, 0.25], dtype=torch.float64)
     X = X + noise * torch.randn(n, 2, generator=g, dtype=torch.float64)
-    return ClassificationData(X.to(dtype), y)
+    return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)

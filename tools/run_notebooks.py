@@ -1,0 +1,58 @@
+"""Execute notebooks in place, re-running only those whose code (or the module) changed.
+
+A notebook's key is a hash of its code cells, the sources of ``laplace_from_scratch``
+and the kernel's Python/torch versions; it is stored in the notebook's metadata after
+a successful run. ``make book`` calls this before building the site, so the site and
+nbval see the same committed outputs.
+
+    python tools/run_notebooks.py notebooks [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import torch
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def key(nb: nbformat.NotebookNode) -> str:
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            h.update(cell.source.encode())
+    for path in sorted((ROOT / "laplace_from_scratch").glob("*.py")):
+        h.update(path.read_bytes())
+    h.update(f"{sys.version_info[:2]} torch {torch.__version__}".encode())
+    return h.hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--force", action="store_true", help="re-run every notebook")
+    args = parser.parse_args()
+    for path in sorted(args.folder.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        k = key(nb)
+        if not args.force and nb.metadata.get("laplace_from_scratch", {}).get("key") == k:
+            print(f"unchanged: {path.name}")
+            continue
+        t0 = time.perf_counter()
+        NotebookClient(
+            nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        ).execute()
+        nb.metadata["laplace_from_scratch"] = {"key": k}
+        nbformat.write(nb, path)
+        print(f"executed:  {path.name} ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
