@@ -7,7 +7,25 @@ from .curvature import empirical_fisher, exact_hessian, ggn, ggn_from_jacobians,
 from .data import sinusoid, toy_linear, toy_nonlinear
 from .functional import flatten_params, make_functional, unflatten_params, vector_to_model
 from .jacobians import jacobian, jacobian_loop
+from .laplace import Laplace
 from .likelihoods import Categorical, Gaussian, get_likelihood
+from .posterior import (
+    EigenPosterior,
+    cholesky,
+    covariance_from_cholesky,
+    log_det_from_cholesky,
+    posterior_precision,
+    prior_precision_diag,
+    sample_from_cholesky,
+)
+from .predictive import (
+    functional_variance,
+    glm_predictive,
+    linearized_samples,
+    mc_softmax,
+    nn_samples,
+    probit,
+)
 from .training import (
     map_objective,
     mean_objective,
@@ -19,6 +37,20 @@ from .training import (
 
 __all__ = [
     "Categorical",
+    "EigenPosterior",
+    "Laplace",
+    "cholesky",
+    "covariance_from_cholesky",
+    "functional_variance",
+    "glm_predictive",
+    "linearized_samples",
+    "log_det_from_cholesky",
+    "mc_softmax",
+    "nn_samples",
+    "posterior_precision",
+    "prior_precision_diag",
+    "probit",
+    "sample_from_cholesky",
     "Gaussian",
     "empirical_fisher",
     "exact_hessian",

@@ -52,10 +52,7 @@ def test_pinned_versions_agree():
     """Where both files pin a version, they pin the same one."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = {
-        _name(r): r.split("==")[1]
-        for g in project["optional-dependencies"].values()
-        for r in g
-        if "==" in r
+        _name(r): r.split("==")[1] for g in project["optional-dependencies"].values() for r in g if "==" in r
     }
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))

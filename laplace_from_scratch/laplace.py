@@ -1,0 +1,264 @@
+"""A thin ``Laplace`` object composing the module, shaped like laplace-torch's API.
+
+    la = Laplace(model, "regression", subset_of_weights="all", hessian_structure="full",
+                 sigma_noise=0.3, prior_precision=1.0, prior_mean=0.0, temperature=1.0)
+    la.fit(train_loader)
+    la.log_marginal_likelihood()          # scalar, differentiable in prior_precision / sigma_noise
+    f_mu, f_var = la(x, pred_type="glm")  # regression: (N, K), (N, K, K)
+    la.sample(100)                        # (100, P)
+
+Argument names, conventions and return shapes follow laplace-torch 0.3, so either can be
+swapped for the other; unlike laplace-torch (whose defaults are ``last_layer`` and ``kron``),
+the defaults here are the structures implemented so far: ``"all"`` and ``"full"``.
+
+Shapes: N inputs, K outputs, P parameters, S samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+
+from .curvature import ggn
+from .functional import make_functional
+from .likelihoods import Categorical, Gaussian
+from .posterior import (
+    cholesky,
+    covariance_from_cholesky,
+    log_det_from_cholesky,
+    posterior_precision,
+    prior_precision_diag,
+    sample_from_cholesky,
+)
+from .predictive import glm_predictive, linearized_samples, mc_softmax, nn_samples, probit
+
+LIKELIHOODS = ("regression", "classification")
+SUBSETS = ("all", "last_layer", "subnetwork")
+STRUCTURES = ("full", "diag", "kron", "lowrank", "gp")
+
+
+class Laplace:
+    """Laplace approximation N(θ*, P⁻¹) with P = H/(σ²T) + diag(p₀) over all weights of ``model``."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: str,
+        subset_of_weights: str = "all",
+        hessian_structure: str = "full",
+        sigma_noise: float | Tensor = 1.0,
+        prior_precision: float | Tensor = 1.0,
+        prior_mean: float | Tensor = 0.0,
+        temperature: float = 1.0,
+    ):
+        _check_choice("likelihood", likelihood, LIKELIHOODS)
+        _check_choice("subset_of_weights", subset_of_weights, SUBSETS)
+        _check_choice("hessian_structure", hessian_structure, STRUCTURES)
+        if subset_of_weights != "all":
+            raise NotImplementedError(f"subset_of_weights={subset_of_weights!r} is not implemented yet")
+        if hessian_structure != "full":
+            raise NotImplementedError(f"hessian_structure={hessian_structure!r} is not implemented yet")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        self.model = model
+        self.likelihood = likelihood
+        self.subset_of_weights = subset_of_weights
+        self.hessian_structure = hessian_structure
+        self.temperature = float(temperature)
+        self._f, self.mean = make_functional(model)
+        self.param_sizes = [p.numel() for p in model.parameters() if p.requires_grad]
+        self.n_params = sum(self.param_sizes)
+        self.n_layers = len(self.param_sizes)
+        self.sigma_noise = sigma_noise
+        self.prior_precision = prior_precision
+        self.prior_mean = prior_mean
+        self.H: Tensor | None = None
+        self.loss: Tensor | None = None
+        self.n_data = 0
+        self.n_outputs = 0
+
+    # ----- hyperparameters -------------------------------------------------------------------
+    @property
+    def sigma_noise(self) -> Tensor:
+        return self._sigma_noise
+
+    @sigma_noise.setter
+    def sigma_noise(self, value: float | Tensor) -> None:
+        sigma = torch.as_tensor(value, dtype=self.mean.dtype)
+        if sigma.numel() != 1 or not sigma.item() > 0:
+            raise ValueError(f"sigma_noise must be one positive number, got {value}")
+        if self.likelihood == "classification" and sigma.item() != 1:
+            raise ValueError("sigma_noise must be 1 for classification")
+        self._sigma_noise = sigma.reshape(())
+
+    @property
+    def prior_precision(self) -> Tensor:
+        return self._prior_precision
+
+    @prior_precision.setter
+    def prior_precision(self, value: float | Tensor) -> None:
+        prior_precision_diag(value, self.param_sizes)  # validates shape and sign
+        self._prior_precision = torch.as_tensor(value, dtype=self.mean.dtype)
+
+    @property
+    def prior_precision_diag(self) -> Tensor:
+        """p₀ expanded to one value per parameter, (P,)."""
+        return prior_precision_diag(self.prior_precision, self.param_sizes)
+
+    @property
+    def prior_mean(self) -> Tensor:
+        return self._prior_mean
+
+    @prior_mean.setter
+    def prior_mean(self, value: float | Tensor) -> None:
+        mu0 = torch.as_tensor(value, dtype=self.mean.dtype)
+        if mu0.numel() not in (1, self.n_params):
+            raise ValueError(
+                f"prior_mean must be a scalar or have {self.n_params} entries, got {tuple(mu0.shape)}"
+            )
+        self._prior_mean = mu0
+
+    # ----- fitting -------------------------------------------------------------------------
+    def fit(self, train_loader: DataLoader) -> None:
+        """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data."""
+        self._f, self.mean = make_functional(self.model)
+        lik = Gaussian(1.0) if self.likelihood == "regression" else Categorical()
+        H = torch.zeros(self.n_params, self.n_params, dtype=self.mean.dtype, device=self.mean.device)
+        loss = torch.zeros((), dtype=self.mean.dtype)
+        n_data = 0
+        for X, y in train_loader:
+            with torch.no_grad():
+                out = self._f(self.mean, X)
+            if self.likelihood == "regression" and y.shape != out.shape:
+                raise ValueError(
+                    f"regression targets y {tuple(y.shape)} must match model outputs {tuple(out.shape)}"
+                )
+            # ½·SSE (Gaussian NLL with σ = 1 minus its constant) or Σ cross-entropy
+            loss += lik.nll(out, y) - (
+                out.numel() * math.log(math.sqrt(2 * math.pi)) if self.likelihood == "regression" else 0.0
+            )
+            H += ggn(self._f, self.mean, X, lik)
+            n_data += X.shape[0]
+        if n_data == 0:
+            raise ValueError("train_loader yielded no data")
+        self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
+
+    def _require_fit(self) -> Tensor:
+        if self.H is None:
+            raise RuntimeError("call Laplace.fit(train_loader) before using the posterior")
+        return self.H
+
+    # ----- the posterior -------------------------------------------------------------------
+    @property
+    def _H_factor(self) -> Tensor:
+        return 1 / (self.sigma_noise**2 * self.temperature)
+
+    @property
+    def posterior_precision(self) -> Tensor:
+        """P = H/(σ²T) + diag(p₀), (P, P)."""
+        return posterior_precision(
+            self._require_fit(), self.sigma_noise, self.prior_precision_diag, self.temperature
+        )
+
+    @property
+    def posterior_covariance(self) -> Tensor:
+        """Σ = P⁻¹ (P, P), from the Cholesky factor of P."""
+        return covariance_from_cholesky(cholesky(self.posterior_precision))
+
+    def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
+        """θ ~ N(θ*, P⁻¹), (S, P)."""
+        return sample_from_cholesky(self.mean, cholesky(self.posterior_precision), n_samples, generator)
+
+    # ----- the evidence --------------------------------------------------------------------
+    @property
+    def log_likelihood(self) -> Tensor:
+        """log p(D | θ*) at the current σ and T: −½SSE/(σ²T) − N·K·log(σ√2π), or −ΣCE/T."""
+        self._require_fit()
+        ll = -self._H_factor * self.loss
+        if self.likelihood == "regression":
+            ll = ll - self.n_data * self.n_outputs * torch.log(self.sigma_noise * math.sqrt(2 * math.pi))
+        return ll
+
+    @property
+    def scatter(self) -> Tensor:
+        """(θ* − μ₀)ᵀ diag(p₀) (θ* − μ₀)."""
+        d = self.mean - self.prior_mean
+        return (d * self.prior_precision_diag) @ d
+
+    @property
+    def log_det_prior_precision(self) -> Tensor:
+        return self.prior_precision_diag.log().sum()
+
+    @property
+    def log_det_posterior_precision(self) -> Tensor:
+        return log_det_from_cholesky(cholesky(self.posterior_precision))
+
+    @property
+    def log_det_ratio(self) -> Tensor:
+        return self.log_det_posterior_precision - self.log_det_prior_precision
+
+    def log_marginal_likelihood(
+        self, prior_precision: float | Tensor | None = None, sigma_noise: float | Tensor | None = None
+    ) -> Tensor:
+        """log p(D) ≈ log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)).
+
+        Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch does);
+        the result is differentiable in both.
+        """
+        if prior_precision is not None:
+            self.prior_precision = prior_precision
+        if sigma_noise is not None:
+            self.sigma_noise = sigma_noise
+        return self.log_likelihood - 0.5 * (self.log_det_ratio + self.scatter)
+
+    # ----- predictions ---------------------------------------------------------------------
+    def __call__(
+        self,
+        x: Tensor,
+        pred_type: str = "glm",
+        link_approx: str = "probit",
+        n_samples: int = 100,
+        generator: torch.Generator | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The predictive at inputs x (N, ...).
+
+        Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ without σ²;
+        ``pred_type="nn"`` → mean and variance (N, K) of the network at posterior samples.
+        Classification: class probabilities (N, K), by ``link_approx="probit"`` or ``"mc"`` (glm),
+        or by averaging softmax over posterior samples of the network (``pred_type="nn"``).
+        """
+        _check_choice("pred_type", pred_type, ("glm", "nn"))
+        _check_choice("link_approx", link_approx, ("probit", "mc"))
+        if pred_type == "nn" and link_approx != "mc":
+            link_approx = "mc"
+        if not isinstance(x, Tensor) or x.ndim < 2:
+            raise ValueError(
+                "x must be a tensor of shape (N, ...) with a batch dimension, "
+                f"got {getattr(x, 'shape', type(x))}"
+            )
+        Sigma = self.posterior_covariance
+        if pred_type == "nn":
+            samples = nn_samples(self._f, x, self.sample(n_samples, generator))
+            if self.likelihood == "regression":
+                return samples.mean(0), samples.var(0)
+            return torch.softmax(samples, -1).mean(0)
+        f_mu, f_var = glm_predictive(self._f, self.mean, x, Sigma)
+        if self.likelihood == "regression":
+            return f_mu, f_var
+        if link_approx == "probit":
+            return probit(f_mu, f_var)
+        return mc_softmax(f_mu, f_var, n_samples, generator)
+
+    def glm_samples(
+        self, x: Tensor, n_samples: int = 100, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Outputs of the linearised network at posterior samples, (S, N, K)."""
+        return linearized_samples(self._f, self.mean, x, self.sample(n_samples, generator))
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")

@@ -1,0 +1,154 @@
+"""The Gaussian (Laplace) posterior N(θ*, P⁻¹) over the flat parameter vector.
+
+Convention (laplace-torch 0.3): with the GGN H of the summed loss computed with Λ = I for
+regression (see ``curvature.py``), the posterior precision is
+
+    P = H / (σ² T) + diag(p₀),
+
+σ the noise standard deviation (1 for classification), T the temperature and p₀ the prior
+precision: a scalar, one value per parameter tensor ("layerwise") or one per parameter.
+
+Two factorisations, each never forming an explicit inverse:
+
+* Cholesky, P = L Lᵀ: log det P = 2 Σ log Lᵢᵢ; a sample is θ* + L⁻ᵀ ε (a triangular solve),
+  whose covariance is L⁻ᵀ L⁻¹ = P⁻¹.
+* Eigendecomposition of H = Q diag(λ) Qᵀ, for a *scalar* p₀ = δ: P = Q diag(λ/(σ²T) + δ) Qᵀ,
+  so after one O(P³) decomposition every change of δ, σ or T costs O(P).
+
+Shapes: P parameters, S samples.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def prior_precision_diag(prior_precision: float | Tensor, param_sizes: Sequence[int]) -> Tensor:
+    """Expand a prior precision to one value per parameter, shape (P,).
+
+    ``prior_precision`` is a scalar (or a 1-element tensor), a tensor with one value per
+    parameter tensor (``len(param_sizes)`` values, "layerwise"), or one value per parameter (P).
+    """
+    p0 = torch.as_tensor(prior_precision)
+    P, n_tensors = sum(param_sizes), len(param_sizes)
+    if p0.ndim == 0 or p0.numel() == 1:
+        out = p0.reshape(()).expand(P)
+    elif p0.ndim == 1 and p0.numel() == P:
+        out = p0
+    elif p0.ndim == 1 and p0.numel() == n_tensors:
+        out = torch.repeat_interleave(p0, torch.tensor(list(param_sizes), device=p0.device))
+    else:
+        raise ValueError(
+            f"prior_precision must be a scalar, {n_tensors} values (one per parameter tensor) "
+            f"or {P} values (one per parameter); got shape {tuple(p0.shape)}"
+        )
+    if not torch.all(out > 0):
+        raise ValueError("prior_precision must be positive")
+    return out
+
+
+def posterior_precision(
+    H: Tensor, sigma_noise: float | Tensor, prior_prec_diag: Tensor, temperature: float = 1.0
+) -> Tensor:
+    """P = H / (σ² T) + diag(p₀). H: (P, P), p₀: (P,) → (P, P)."""
+    return H / (sigma_noise**2 * temperature) + torch.diag_embed(prior_prec_diag.to(H.dtype))
+
+
+def cholesky(A: Tensor, max_tries: int = 8) -> Tensor:
+    """Lower Cholesky factor L of a symmetric positive-definite A (P, P), with jitter if needed.
+
+    If A is not numerically positive definite, jitter ε·mean(diag A)·I is added with ε = 1e-10,
+    1e-9, ... until the factorisation succeeds; a warning says how much was added. Raises
+    ``ValueError`` rather than ever returning NaNs.
+    """
+    L, info = torch.linalg.cholesky_ex(A)
+    if info == 0 and torch.isfinite(L).all():
+        return L
+    scale = A.diagonal().abs().mean().clamp(min=torch.finfo(A.dtype).tiny)
+    eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
+    for k in range(max_tries):
+        jitter = 10.0 ** (k - 10) * scale
+        L, info = torch.linalg.cholesky_ex(A + jitter * eye)
+        if info == 0 and torch.isfinite(L).all():
+            warnings.warn(
+                f"matrix not positive definite: added jitter {jitter.item():.3g}·I "
+                f"({10.0 ** (k - 10):.0e} × mean diagonal) to factorise it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return L
+    raise ValueError(
+        f"Cholesky failed even with jitter {jitter.item():.3g}·I: the matrix is far from positive definite"
+    )
+
+
+def log_det_from_cholesky(L: Tensor) -> Tensor:
+    """log det(L Lᵀ) = 2 Σ log Lᵢᵢ. L: (P, P) lower-triangular → scalar."""
+    return 2 * L.diagonal().log().sum()
+
+
+def covariance_from_cholesky(L: Tensor) -> Tensor:
+    """Σ = (L Lᵀ)⁻¹ (P, P), by ``torch.cholesky_inverse`` (two triangular solves, no general inverse)."""
+    return torch.cholesky_inverse(L)
+
+
+def sample_from_cholesky(
+    mean: Tensor, L: Tensor, n_samples: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """θ = μ + L⁻ᵀ ε with ε ~ N(0, I) and P = L Lᵀ: samples with covariance P⁻¹. → (S, P)."""
+    eps = torch.randn(mean.numel(), n_samples, generator=generator, dtype=mean.dtype, device=mean.device)
+    return mean + torch.linalg.solve_triangular(L.mT, eps, upper=True).T
+
+
+@dataclass
+class EigenPosterior:
+    """The posterior for a scalar prior precision from one eigendecomposition H = Q diag(λ) Qᵀ.
+
+    Every method takes (δ, σ, T) and costs O(P) (or O(P²) for the covariance / samples),
+    instead of a fresh O(P³) Cholesky.
+    """
+
+    eigvals: Tensor  # (P,), clamped at 0 (H is PSD; negative values are round-off)
+    eigvecs: Tensor  # (P, P), columns are eigenvectors
+
+    @classmethod
+    def from_H(cls, H: Tensor) -> EigenPosterior:
+        lam, Q = torch.linalg.eigh(H)
+        return cls(lam.clamp(min=0), Q)
+
+    def precision_eigvals(
+        self, prior_precision: float | Tensor, sigma_noise: float | Tensor = 1.0, temperature: float = 1.0
+    ) -> Tensor:
+        """Eigenvalues λ/(σ²T) + δ of P, shape (P,)."""
+        delta = torch.as_tensor(prior_precision, dtype=self.eigvals.dtype)
+        if delta.numel() != 1:
+            raise ValueError("the eigendecomposition route needs a scalar prior precision")
+        return self.eigvals / (sigma_noise**2 * temperature) + delta.reshape(())
+
+    def log_det(self, prior_precision, sigma_noise=1.0, temperature=1.0) -> Tensor:
+        """log det P = Σ log(λ/(σ²T) + δ)."""
+        return self.precision_eigvals(prior_precision, sigma_noise, temperature).log().sum()
+
+    def covariance(self, prior_precision, sigma_noise=1.0, temperature=1.0) -> Tensor:
+        """Σ = Q diag(1/(λ/(σ²T) + δ)) Qᵀ, (P, P)."""
+        d = self.precision_eigvals(prior_precision, sigma_noise, temperature)
+        return (self.eigvecs / d) @ self.eigvecs.T
+
+    def sample(
+        self,
+        mean: Tensor,
+        n_samples: int,
+        prior_precision,
+        sigma_noise=1.0,
+        temperature=1.0,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """θ = μ + Q diag((λ/(σ²T) + δ)^-½) ε, (S, P)."""
+        d = self.precision_eigvals(prior_precision, sigma_noise, temperature)
+        eps = torch.randn(n_samples, mean.numel(), generator=generator, dtype=mean.dtype, device=mean.device)
+        return mean + (eps / d.sqrt()) @ self.eigvecs.T

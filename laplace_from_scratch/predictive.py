@@ -1,0 +1,64 @@
+"""Predictions under the Laplace posterior.
+
+* The linearised (GLM) model around θ*: f_lin(x; θ) = f(x; θ*) + J(x)(θ − θ*). Under
+  θ ~ N(θ*, Σ) its outputs are Gaussian with mean f(x; θ*) and covariance J(x) Σ J(x)ᵀ
+  (``f_var``, *without* the observation noise: the predictive of y adds σ²).
+* Monte Carlo over the linearised model (it must converge to the closed form) and over the
+  network itself ("NN sampling"), which differs where the network is far from linear.
+* For classification: the probit approximation and Monte Carlo of softmax(f).
+
+Shapes: N inputs, K outputs, P parameters, S samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.func import vmap
+
+from .functional import Functional
+from .jacobians import jacobian
+
+
+def functional_variance(J: Tensor, Sigma: Tensor) -> Tensor:
+    """J Σ Jᵀ per input. J: (N, K, P), Σ: (P, P) → (N, K, K)."""
+    return torch.einsum("nkp,pq,nlq->nkl", J, Sigma, J)
+
+
+def glm_predictive(f: Functional, theta: Tensor, X: Tensor, Sigma: Tensor) -> tuple[Tensor, Tensor]:
+    """Closed-form linearised predictive: f_mu = f(X; θ*) (N, K), f_var = J Σ Jᵀ (N, K, K)."""
+    with torch.no_grad():
+        f_mu = f(theta, X)
+    return f_mu, functional_variance(jacobian(f, theta, X), Sigma)
+
+
+def linearized_samples(f: Functional, theta: Tensor, X: Tensor, samples: Tensor) -> Tensor:
+    """f(X; θ*) + J (θₛ − θ*) for each sample θₛ. samples: (S, P) → (S, N, K)."""
+    with torch.no_grad():
+        f_mu = f(theta, X)
+    J = jacobian(f, theta, X)
+    return f_mu + torch.einsum("nkp,sp->snk", J, samples - theta)
+
+
+def nn_samples(f: Functional, X: Tensor, samples: Tensor) -> Tensor:
+    """The network itself at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N, K)."""
+    with torch.no_grad():
+        return vmap(f, in_dims=(0, None))(samples, X)
+
+
+def probit(f_mu: Tensor, f_var: Tensor) -> Tensor:
+    """softmax(f_μ / √(1 + π/8 · diag f_var)). f_mu: (N, K), f_var: (N, K, K) → probabilities (N, K)."""
+    kappa = 1 / torch.sqrt(1 + math.pi / 8 * f_var.diagonal(dim1=-2, dim2=-1))
+    return torch.softmax(kappa * f_mu, dim=-1)
+
+
+def mc_softmax(
+    f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """E[softmax(f)] for f ~ N(f_mu, f_var) by Monte Carlo. → (N, K)."""
+    L = torch.linalg.cholesky(f_var + 1e-12 * torch.eye(f_var.shape[-1], dtype=f_var.dtype))
+    eps = torch.randn(n_samples, *f_mu.shape, generator=generator, dtype=f_mu.dtype, device=f_mu.device)
+    f = f_mu + torch.einsum("nkl,snl->snk", L, eps)
+    return torch.softmax(f, dim=-1).mean(0)
