@@ -9,6 +9,7 @@ from .functional import flatten_params, make_functional, unflatten_params, vecto
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Categorical, Gaussian, get_likelihood
+from .models import mlp
 from .posterior import (
     EigenPosterior,
     cholesky,
@@ -64,6 +65,7 @@ __all__ = [
     "map_objective",
     "mean_objective",
     "minimize",
+    "mlp",
     "prior_precision_to_weight_decay",
     "residual_term",
     "sinusoid",

@@ -6,6 +6,7 @@ a successful run. ``make book`` calls this before building the site, so the site
 nbval see the same committed outputs.
 
     python tools/run_notebooks.py notebooks [--force]
+    python tools/run_notebooks.py notebooks/02_jacobians_ggn.ipynb --force   # just one
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ def key(nb: nbformat.NotebookNode) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("paths", type=Path, nargs="+", help="notebook files or folders")
     parser.add_argument("--force", action="store_true", help="re-run every notebook")
     args = parser.parse_args()
-    for path in sorted(args.folder.glob("[0-9][0-9]_*.ipynb")):
+    notebooks = []
+    for p in args.paths:
+        notebooks += sorted(p.glob("[0-9][0-9]_*.ipynb")) if p.is_dir() else [p]
+    for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         k = key(nb)
         if not args.force and nb.metadata.get("laplace_from_scratch", {}).get("key") == k:
@@ -49,6 +53,8 @@ def main() -> None:
         NotebookClient(
             nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
         ).execute()
+        for cell in nb.cells:  # drop per-cell timestamps: they would change every run
+            cell.metadata.pop("execution", None)
         nb.metadata["laplace_from_scratch"] = {"key": k}
         nbformat.write(nb, path)
         print(f"executed:  {path.name} ({time.perf_counter() - t0:.0f} s)")
