@@ -64,3 +64,17 @@ def empirical_fisher(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelih
         r = likelihood.output_gradient(f(theta, X), y)  # (N, K)
     G = torch.einsum("nkp,nk->np", jacobian(f, theta, X), r)  # (N, P)
     return G.T @ G
+
+
+def whitened_jacobians(
+    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size: int = 256
+) -> Tensor:
+    """J̃ (N·K, P) with rows Λₙ^½ Jₙ, so that the GGN is J̃ᵀ J̃. The dual (Gram) route uses it."""
+    rows = []
+    for start in range(0, X.shape[0], batch_size):
+        Xb = X[start : start + batch_size]
+        with torch.no_grad():
+            lam, U = torch.linalg.eigh(likelihood.output_hessian(f(theta, Xb)))  # (n, K), (n, K, K)
+        sqrt_Lam = (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT  # symmetric square root
+        rows.append(torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb)).reshape(-1, theta.numel()))
+    return torch.cat(rows)

@@ -22,10 +22,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from .curvature import ggn
+from .curvature import whitened_jacobians
 from .functional import make_functional
 from .likelihoods import Categorical, Gaussian
+from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import (
+    EigenPosterior,
     cholesky,
     covariance_from_cholesky,
     log_det_from_cholesky,
@@ -34,6 +36,9 @@ from .posterior import (
     sample_from_cholesky,
 )
 from .predictive import glm_predictive, linearized_samples, mc_softmax, nn_samples, probit
+
+# keep the whitened Jacobians (N·K, P) for the dual evidence route when N·K < P and they are this small
+MAX_DUAL_ENTRIES = 50_000_000
 
 LIKELIHOODS = ("regression", "classification")
 SUBSETS = ("all", "last_layer", "subnetwork")
@@ -77,6 +82,9 @@ class Laplace:
         self.prior_mean = prior_mean
         self.H: Tensor | None = None
         self.loss: Tensor | None = None
+        self.evidence_route = "auto"  # "auto" | "eigen" | "cholesky"
+        self._Jw: Tensor | None = None
+        self._eigen: EigenPosterior | None = None
         self.n_data = 0
         self.n_outputs = 0
 
@@ -123,27 +131,37 @@ class Laplace:
 
     # ----- fitting -------------------------------------------------------------------------
     def fit(self, train_loader: DataLoader) -> None:
-        """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data."""
+        """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data.
+
+        H is built as J̃ᵀJ̃ from the Λ^½-whitened Jacobians J̃ of each batch; when N·K < P they are
+        kept for the dual route of the evidence (see :class:`EigenPosterior`).
+        """
         self._f, self.mean = make_functional(self.model)
         lik = Gaussian(1.0) if self.likelihood == "regression" else Categorical()
         H = torch.zeros(self.n_params, self.n_params, dtype=self.mean.dtype, device=self.mean.device)
         loss = torch.zeros((), dtype=self.mean.dtype)
-        n_data = 0
+        blocks, n_data = [], 0
         for X, y in train_loader:
             with torch.no_grad():
                 out = self._f(self.mean, X)
-            if self.likelihood == "regression" and y.shape != out.shape:
-                raise ValueError(
-                    f"regression targets y {tuple(y.shape)} must match model outputs {tuple(out.shape)}"
-                )
-            # ½·SSE (Gaussian NLL with σ = 1 minus its constant) or Σ cross-entropy
-            loss += lik.nll(out, y) - (
-                out.numel() * math.log(math.sqrt(2 * math.pi)) if self.likelihood == "regression" else 0.0
-            )
-            H += ggn(self._f, self.mean, X, lik)
+            if self.likelihood == "regression":
+                if y.shape != out.shape:
+                    raise ValueError(
+                        f"regression targets y {tuple(y.shape)} must match model outputs {tuple(out.shape)}"
+                    )
+                loss += 0.5 * ((y - out) ** 2).sum()  # ½·SSE, the Gaussian NLL at σ = 1 without its constant
+            else:
+                loss += lik.nll(out, y)  # Σ cross-entropy (also validates the labels)
+            Jw = whitened_jacobians(self._f, self.mean, X, lik)
+            H += Jw.T @ Jw
+            blocks.append(Jw)
             n_data += X.shape[0]
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
+        M = sum(b.shape[0] for b in blocks)
+        keep = M < self.n_params and M * self.n_params <= MAX_DUAL_ENTRIES
+        self._Jw = torch.cat(blocks) if keep else None
+        self._eigen = None
         self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
 
     def _require_fit(self) -> Tensor:
@@ -193,7 +211,29 @@ class Laplace:
         return self.prior_precision_diag.log().sum()
 
     @property
+    def eigen(self) -> EigenPosterior:
+        """The eigendecomposition of H (dual route from the Gram matrix when N·K < P), computed once."""
+        self._require_fit()
+        if self._eigen is None:
+            self._eigen = (
+                EigenPosterior.from_jacobians(self._Jw)
+                if self._Jw is not None
+                else EigenPosterior.from_H(self.H)
+            )
+        return self._eigen
+
+    def _use_eigen(self) -> bool:
+        _check_choice("evidence_route", self.evidence_route, ("auto", "eigen", "cholesky"))
+        scalar = self.prior_precision.numel() == 1
+        if self.evidence_route == "eigen" and not scalar:
+            raise ValueError("evidence_route='eigen' needs a scalar prior_precision")
+        return self.evidence_route == "eigen" or (self.evidence_route == "auto" and scalar)
+
+    @property
     def log_det_posterior_precision(self) -> Tensor:
+        """log det P: O(r) from the cached eigenvalues for a scalar prior, else by Cholesky."""
+        if self._use_eigen():
+            return self.eigen.log_det(self.prior_precision, self.sigma_noise, self.temperature)
         return log_det_from_cholesky(cholesky(self.posterior_precision))
 
     @property
@@ -212,7 +252,96 @@ class Laplace:
             self.prior_precision = prior_precision
         if sigma_noise is not None:
             self.sigma_noise = sigma_noise
-        return self.log_likelihood - 0.5 * (self.log_det_ratio + self.scatter)
+        return laplace_evidence(
+            self.log_likelihood, self.log_det_posterior_precision, self.log_det_prior_precision, self.scatter
+        )
+
+    # ----- hyperparameters by the evidence or by validation ------------------------------------
+    def optimize_prior_precision(
+        self,
+        method: str = "marglik",
+        n_steps: int = 100,
+        lr: float = 0.1,
+        init_prior_prec: float | Tensor = 1.0,
+        prior_structure: str = "scalar",
+        val_loader: DataLoader | None = None,
+        pred_type: str = "glm",
+        link_approx: str = "probit",
+        n_samples: int = 100,
+        log_prior_prec_min: float = -4,
+        log_prior_prec_max: float = 4,
+        grid_size: int = 100,
+    ) -> None:
+        """Set the prior precision by the evidence (``"marglik"``) or on validation data (``"gridsearch"``).
+
+        Defaults are laplace-torch's: Adam on log δ, lr 0.1, 100 steps from δ = 1, scalar.
+        ``prior_structure="layerwise"`` tunes one δ per parameter tensor (Cholesky route).
+        Grid search picks, among ``grid_size`` values 10^[min, max], the δ with the lowest negative
+        log predictive density on ``val_loader`` (laplace-torch's default for regression is the MSE of the
+        mean, which does not depend on δ for the GLM predictive).
+        """
+        _check_choice("method", method, ("marglik", "gridsearch"))
+        _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
+        self._require_fit()
+        if method == "marglik":
+            if val_loader is not None:
+                raise ValueError("val_loader is only used by method='gridsearch'")
+            init = torch.as_tensor(init_prior_prec, dtype=self.mean.dtype)
+            if init.numel() == 1 and prior_structure == "layerwise":
+                init = init.reshape(()).expand(self.n_layers).clone()
+            best, _ = maximize_on_logs(
+                lambda prior_precision: self.log_marginal_likelihood(prior_precision=prior_precision),
+                {"prior_precision": init},
+                n_steps,
+                lr,
+            )
+            self.prior_precision = best["prior_precision"]
+            return
+        if val_loader is None:
+            raise ValueError("method='gridsearch' needs a val_loader")
+        grid = torch.logspace(log_prior_prec_min, log_prior_prec_max, grid_size, dtype=self.mean.dtype)
+        scores = []
+        for delta in grid:
+            self.prior_precision = delta
+            scores.append(self._validation_nll(val_loader, pred_type, link_approx, n_samples))
+        self.prior_precision = grid[int(torch.tensor(scores).argmin())]
+
+    def optimize_hyperparameters(
+        self, n_steps: int = 300, lr: float = 0.1, tune_sigma: bool = True, prior_structure: str = "scalar"
+    ) -> list[float]:
+        """Maximise the evidence jointly over δ and (regression) σ by Adam on their logs.
+
+        Starts from the current values; returns the evidence before each step.
+        """
+        _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
+        self._require_fit()
+        init = {"prior_precision": self.prior_precision.clone()}
+        if prior_structure == "layerwise" and init["prior_precision"].numel() == 1:
+            init["prior_precision"] = init["prior_precision"].reshape(()).expand(self.n_layers).clone()
+        if tune_sigma:
+            if self.likelihood != "regression":
+                raise ValueError("sigma_noise can only be tuned for regression")
+            init["sigma_noise"] = self.sigma_noise.clone()
+        best, history = maximize_on_logs(lambda **kw: self.log_marginal_likelihood(**kw), init, n_steps, lr)
+        for name, value in best.items():
+            setattr(self, name, value)
+        return history
+
+    def _validation_nll(self, loader: DataLoader, pred_type: str, link_approx: str, n_samples: int) -> float:
+        """Mean negative log predictive density on ``loader`` (regression: Gaussian with f_var + σ²)."""
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for X, y in loader:
+                if self.likelihood == "regression":
+                    mu, var = self(X, pred_type=pred_type, n_samples=n_samples)
+                    var = var.diagonal(dim1=-2, dim2=-1) if var.ndim == 3 else var
+                    dist = torch.distributions.Normal(mu, (var + self.sigma_noise**2).sqrt())
+                    total -= dist.log_prob(y).sum().item()
+                else:
+                    p = self(X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples)
+                    total -= p.gather(1, y.unsqueeze(1)).clamp(min=1e-300).log().sum().item()
+                count += X.shape[0]
+        return total / count
 
     # ----- predictions ---------------------------------------------------------------------
     def __call__(

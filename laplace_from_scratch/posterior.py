@@ -107,37 +107,73 @@ def sample_from_cholesky(
 
 @dataclass
 class EigenPosterior:
-    """The posterior for a scalar prior precision from one eigendecomposition H = Q diag(λ) Qᵀ.
+    """The posterior for a scalar prior from one eigendecomposition of the GGN, H = V diag(λ) Vᵀ.
 
-    Every method takes (δ, σ, T) and costs O(P) (or O(P²) for the covariance / samples),
-    instead of a fresh O(P³) Cholesky.
+    ``eigvecs`` V (P, r) holds the r eigenvectors with non-zero eigenvalues λ (r,); on the
+    orthogonal complement H is zero. With d = λ/(σ²T) + δ the eigenvalues of P there:
+
+        log det P = Σᵢ log dᵢ + (P − r)·log δ
+        Σ = V diag(1/d − 1/δ) Vᵀ + I/δ
+        θ = θ* + V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ
+
+    Every method takes (δ, σ, T) and costs O(P·r) at most (O(r) for the log-determinant),
+    instead of a fresh O(P³) Cholesky. Two constructors:
+
+    * :meth:`from_H`: ``eigh`` of the P×P GGN, O(P³) once (r = P).
+    * :meth:`from_jacobians`: the *dual* route. With J̃ (M, P) the Jacobians whitened by Λ^½
+      (H = J̃ᵀ J̃, M = N·K), the M×M Gram matrix J̃ J̃ᵀ has the same non-zero eigenvalues, and
+      V = J̃ᵀ U diag(λ^-½). When M < P this costs O(M²P + M³) instead of O(P³).
     """
 
-    eigvals: Tensor  # (P,), clamped at 0 (H is PSD; negative values are round-off)
-    eigvecs: Tensor  # (P, P), columns are eigenvectors
+    eigvals: Tensor  # (r,)
+    eigvecs: Tensor  # (P, r), orthonormal columns
+    n_params: int
 
     @classmethod
     def from_H(cls, H: Tensor) -> EigenPosterior:
+        """Eigendecomposition of the P×P GGN H (PSD: negative round-off eigenvalues are clamped to 0)."""
         lam, Q = torch.linalg.eigh(H)
-        return cls(lam.clamp(min=0), Q)
+        return cls(lam.clamp(min=0), Q, H.shape[0])
+
+    @classmethod
+    def from_jacobians(cls, Jw: Tensor, rtol: float | None = None) -> EigenPosterior:
+        """Dual route from whitened Jacobians Jw (M, P) with H = Jwᵀ Jw.
+
+        Eigenvalues below ``rtol``·λ_max (default: 10·M·machine epsilon) are treated as zero:
+        they are round-off, and their directions join the complement where P = δ.
+        """
+        lam, U = torch.linalg.eigh(Jw @ Jw.T)
+        rtol = 10 * Jw.shape[0] * torch.finfo(Jw.dtype).eps if rtol is None else rtol
+        keep = lam > rtol * lam.max()
+        lam, U = lam[keep], U[:, keep]
+        V = (Jw.T @ U) / lam.sqrt()
+        return cls(lam, V, Jw.shape[1])
 
     def precision_eigvals(
         self, prior_precision: float | Tensor, sigma_noise: float | Tensor = 1.0, temperature: float = 1.0
     ) -> Tensor:
-        """Eigenvalues λ/(σ²T) + δ of P, shape (P,)."""
-        delta = torch.as_tensor(prior_precision, dtype=self.eigvals.dtype)
-        if delta.numel() != 1:
-            raise ValueError("the eigendecomposition route needs a scalar prior precision")
-        return self.eigvals / (sigma_noise**2 * temperature) + delta.reshape(())
+        """d = λ/(σ²T) + δ, the eigenvalues of P along the r columns of V, shape (r,)."""
+        return self.eigvals / (sigma_noise**2 * temperature) + _scalar(prior_precision, self.eigvals)
 
     def log_det(self, prior_precision, sigma_noise=1.0, temperature=1.0) -> Tensor:
-        """log det P = Σ log(λ/(σ²T) + δ)."""
-        return self.precision_eigvals(prior_precision, sigma_noise, temperature).log().sum()
+        """log det P = Σ log dᵢ + (P − r) log δ."""
+        delta = _scalar(prior_precision, self.eigvals)
+        d = self.precision_eigvals(delta, sigma_noise, temperature)
+        return d.log().sum() + (self.n_params - d.numel()) * delta.log()
 
     def covariance(self, prior_precision, sigma_noise=1.0, temperature=1.0) -> Tensor:
-        """Σ = Q diag(1/(λ/(σ²T) + δ)) Qᵀ, (P, P)."""
-        d = self.precision_eigvals(prior_precision, sigma_noise, temperature)
-        return (self.eigvecs / d) @ self.eigvecs.T
+        """Σ = V diag(1/d − 1/δ) Vᵀ + I/δ, (P, P)."""
+        delta = _scalar(prior_precision, self.eigvals)
+        d = self.precision_eigvals(delta, sigma_noise, temperature)
+        eye = torch.eye(self.n_params, dtype=self.eigvecs.dtype, device=self.eigvecs.device)
+        return (self.eigvecs * (1 / d - 1 / delta)) @ self.eigvecs.T + eye / delta
+
+    def functional_variance(self, J: Tensor, prior_precision, sigma_noise=1.0, temperature=1.0) -> Tensor:
+        """J Σ Jᵀ without forming Σ. J: (N, K, P) → (N, K, K). Reuse J V across (δ, σ, T) for speed."""
+        delta = _scalar(prior_precision, self.eigvals)
+        d = self.precision_eigvals(delta, sigma_noise, temperature)
+        JV = J @ self.eigvecs  # (N, K, r)
+        return (JV * (1 / d - 1 / delta)) @ JV.mT + J @ J.mT / delta
 
     def sample(
         self,
@@ -148,7 +184,17 @@ class EigenPosterior:
         temperature=1.0,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """θ = μ + Q diag((λ/(σ²T) + δ)^-½) ε, (S, P)."""
-        d = self.precision_eigvals(prior_precision, sigma_noise, temperature)
+        """θ = μ + V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ, (S, P)."""
+        delta = _scalar(prior_precision, self.eigvals)
+        d = self.precision_eigvals(delta, sigma_noise, temperature)
         eps = torch.randn(n_samples, mean.numel(), generator=generator, dtype=mean.dtype, device=mean.device)
-        return mean + (eps / d.sqrt()) @ self.eigvecs.T
+        return (
+            mean + ((eps @ self.eigvecs) * (d.rsqrt() - delta.rsqrt())) @ self.eigvecs.T + eps * delta.rsqrt()
+        )
+
+
+def _scalar(prior_precision: float | Tensor, like: Tensor) -> Tensor:
+    delta = torch.as_tensor(prior_precision, dtype=like.dtype, device=like.device)
+    if delta.numel() != 1:
+        raise ValueError("the eigendecomposition route needs a scalar prior precision")
+    return delta.reshape(())

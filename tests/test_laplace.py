@@ -168,3 +168,29 @@ def test_bad_input_raises_clear_errors():
         clf.fit(_loader(X, torch.zeros(4, dtype=D)))
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         clf.fit(_loader(X, torch.tensor([0, 1, 2, 3])))
+
+
+def test_bayesian_linear_regression_evidence_optimum_is_the_exact_one():
+    """δ tuned on the Laplace evidence equals the maximiser of the exact evidence (golden section)."""
+    sigma = 0.4
+    model, X, y, Phi, *_ = _blr_problem(sigma, 2.0)
+    N = X.shape[0]
+
+    def exact(delta):
+        cov = sigma**2 * torch.eye(N, dtype=D) + Phi @ Phi.T / delta
+        return torch.distributions.MultivariateNormal(torch.zeros(N, dtype=D), cov).log_prob(y.ravel()).item()
+
+    lo, hi = -6.0, 6.0  # golden-section search on log δ
+    for _ in range(80):
+        a, b = hi - 0.618 * (hi - lo), lo + 0.618 * (hi - lo)
+        lo, hi = (a, hi) if exact(math.exp(a)) < exact(math.exp(b)) else (lo, b)
+    best = math.exp((lo + hi) / 2)
+    # At θ*(δ̂) the Laplace evidence, as a function of δ with θ* held fixed, is stationary at the exact
+    # optimum δ̂: dE/dδ = ∂L/∂δ + ∇_θL·dθ*/dδ and ∇_θL = 0 at the MAP. So tuning from δ = 1 finds δ̂.
+    Phi_ = torch.cat([X, torch.ones_like(X)], 1)
+    prec = Phi_.T @ Phi_ / sigma**2 + best * torch.eye(2, dtype=D)
+    vector_to_model(torch.linalg.solve(prec, Phi_.T @ y / sigma**2).ravel(), model)
+    la = Laplace(model, "regression", sigma_noise=sigma, prior_precision=1.0)
+    la.fit(_loader(X, y))
+    la.optimize_prior_precision(n_steps=1000, lr=0.05)
+    assert la.prior_precision.item() == pytest.approx(best, rel=1e-4)

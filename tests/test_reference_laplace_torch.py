@@ -122,3 +122,18 @@ def test_classification_evidence_and_probit_equal_laplace_torch():
     p, p_ref = ours(X[:20], link_approx="probit"), ref(X[:20], pred_type="glm", link_approx="probit")
     assert _rel_err(p, p_ref) < RTOL
     torch.testing.assert_close(p.sum(-1), torch.ones(20), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("likelihood", ["regression", "classification"])
+def test_optimize_prior_precision_reaches_laplace_torch_delta(likelihood):
+    """laplace-torch's defaults on both sides (Adam on log δ, lr 0.1, 100 steps, δ₀ = 1, scalar)."""
+    if likelihood == "regression":
+        model, X, y = _trained_regression_problem()
+        kw = dict(sigma_noise=0.3)
+    else:
+        model, X, y = _multiclass_problem()
+        kw = dict(likelihood="classification")
+    ours, ref = _fit_both(model, X, y, **kw)
+    ref.optimize_prior_precision(method="marglik")
+    ours.optimize_prior_precision(method="marglik")
+    assert abs(ours.prior_precision.item() / ref.prior_precision.item() - 1) < 1e-4

@@ -1,0 +1,138 @@
+"""The evidence: eigen (and dual) route vs Cholesky, gradients vs finite differences, optimisation."""
+
+import pytest
+import torch
+from conftest import mlp
+from torch.utils.data import DataLoader, TensorDataset
+
+from laplace_from_scratch import EigenPosterior, sinusoid, toy_nonlinear, train_map
+from laplace_from_scratch.curvature import ggn, whitened_jacobians
+from laplace_from_scratch.functional import make_functional
+from laplace_from_scratch.laplace import Laplace
+from laplace_from_scratch.likelihoods import Categorical, Gaussian
+
+D = torch.float64
+
+
+def _rel(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _regression_la(n=80, width=10, route="auto"):
+    torch.manual_seed(0)
+    d = sinusoid(n=n, dtype=D)
+    model = mlp(1, 1, width=width)
+    train_map(model, d.X_train, d.y_train, "regression", 0.3, 1.0, n_steps=300, lr=1e-2)
+    la = Laplace(model, "regression", sigma_noise=0.3, prior_precision=1.0)
+    la.fit(DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=32))
+    la.evidence_route = route
+    return la
+
+
+@pytest.mark.parametrize("likelihood", ["regression", "classification"])
+def test_dual_route_equals_eigh_of_H(likelihood):
+    if likelihood == "regression":
+        model, lik = mlp(1, 1, width=10), Gaussian(1.0)
+        X = sinusoid(n=40, dtype=D).X_train
+    else:
+        model, lik = mlp(2, 3, width=10), Categorical()
+        X = toy_nonlinear(n=30, dtype=D).X
+    f, theta = make_functional(model)
+    Jw = whitened_jacobians(f, theta, X, lik)
+    H = ggn(f, theta, X, lik)
+    assert _rel(Jw.T @ Jw, H) < 1e-10  # Λ^½ by eigh vs Λ itself: round-off only
+    dual, full = EigenPosterior.from_jacobians(Jw), EigenPosterior.from_H(H)
+    assert dual.eigvecs.shape[1] <= Jw.shape[0] < theta.numel()
+    J = torch.randn(5, 2, theta.numel(), dtype=D)
+    # both routes get each eigenvalue to ~eps·λ_max absolute (here ~1e-11), so derived quantities
+    # agree to ~1e-9 relative; 1e-7 leaves a margin for the conditioning of the covariance
+    for delta, sigma in [(1.0, 0.3), (1e-2, 1.0), (30.0, 2.0)]:
+        assert _rel(dual.log_det(delta, sigma), full.log_det(delta, sigma)) < 1e-9
+        assert _rel(dual.covariance(delta, sigma), full.covariance(delta, sigma)) < 1e-7
+        assert (
+            _rel(dual.functional_variance(J, delta, sigma), full.functional_variance(J, delta, sigma)) < 1e-7
+        )
+
+
+def test_eigen_route_equals_cholesky_route_value_gradients_and_optimum():
+    eig, chol = _regression_la(route="eigen"), _regression_la(route="cholesky")
+    grads = []
+    for la in (eig, chol):
+        log_d = torch.tensor(0.4, dtype=D, requires_grad=True)
+        log_s = torch.tensor(-1.1, dtype=D, requires_grad=True)
+        lml = la.log_marginal_likelihood(log_d.exp(), log_s.exp())
+        grads.append((lml.detach(), *torch.autograd.grad(lml, [log_d, log_s])))
+    for a, b in zip(*grads, strict=True):  # same math, different eigen/Cholesky round-off: ~1e-10
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    for la in (eig, chol):
+        la.sigma_noise = 0.3
+        la.optimize_prior_precision()
+    torch.testing.assert_close(eig.prior_precision, chol.prior_precision, rtol=1e-8, atol=0)
+
+
+def test_auto_route_picks_eigen_for_scalar_and_cholesky_for_layerwise():
+    la = _regression_la()
+    assert la._use_eigen()
+    la.prior_precision = torch.ones(la.n_layers, dtype=D)
+    assert not la._use_eigen()
+    la.evidence_route = "eigen"
+    with pytest.raises(ValueError, match="scalar"):
+        la.log_marginal_likelihood()
+
+
+@pytest.mark.parametrize("structure", ["scalar", "layerwise"])
+def test_evidence_gradients_match_finite_differences(structure):
+    la = _regression_la()
+    k = 1 if structure == "scalar" else la.n_layers
+    log_d = torch.linspace(-0.5, 0.8, k, dtype=D).reshape(() if k == 1 else (k,))
+    log_s = torch.tensor(-1.0, dtype=D)
+
+    def value(ld, ls):
+        return la.log_marginal_likelihood(ld.exp(), ls.exp())
+
+    ld, ls = log_d.clone().requires_grad_(True), log_s.clone().requires_grad_(True)
+    g_d, g_s = torch.autograd.grad(value(ld, ls), [ld, ls])
+    eps = 1e-5  # central differences in float64: truncation O(eps²), round-off O(1e-16·|lml|/eps)
+    for i in range(k):
+        e = torch.zeros(k, dtype=D).reshape(log_d.shape)
+        e.view(-1)[i] = eps
+        fd = (value(log_d + e, log_s) - value(log_d - e, log_s)).item() / (2 * eps)
+        assert g_d.view(-1)[i].item() == pytest.approx(fd, rel=1e-6, abs=1e-8)
+    fd_s = (value(log_d, log_s + eps) - value(log_d, log_s - eps)).item() / (2 * eps)
+    assert g_s.item() == pytest.approx(fd_s, rel=1e-6)
+
+
+def test_optimize_hyperparameters_reaches_a_stationary_point_of_the_evidence():
+    la = _regression_la()
+    la.prior_precision, la.sigma_noise = 1.0, 1.0
+    history = la.optimize_hyperparameters(n_steps=500, lr=0.1)
+    assert history[-1] > history[0]
+    ld = la.prior_precision.log().clone().requires_grad_(True)
+    ls = la.sigma_noise.log().clone().requires_grad_(True)
+    g = torch.autograd.grad(la.log_marginal_likelihood(ld.exp(), ls.exp()), [ld, ls])
+    assert max(abs(x.item()) for x in g) < 1e-3
+
+
+def test_gridsearch_picks_the_best_validation_density_on_its_grid():
+    la = _regression_la()
+    d = sinusoid(n=60, seed=1, dtype=D)
+    val = DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=30)
+    la.optimize_prior_precision(method="gridsearch", val_loader=val, grid_size=9)
+    chosen = la.prior_precision.clone()
+    grid = torch.logspace(-4, 4, 9, dtype=D)
+    assert torch.isclose(grid, chosen).any()
+    scores = []
+    for delta in grid:
+        la.prior_precision = delta
+        mu, var = la(d.X_train)
+        dist = torch.distributions.Normal(mu, (var[:, :, 0] + 0.09).sqrt())
+        scores.append(-dist.log_prob(d.y_train).mean().item())
+    assert grid[int(torch.tensor(scores).argmin())] == chosen
+    with pytest.raises(ValueError, match="val_loader"):
+        la.optimize_prior_precision(method="gridsearch")
+    with pytest.raises(ValueError, match="method"):
+        la.optimize_prior_precision(method="cv")
+    la_c = Laplace(mlp(2, 2), "classification")
+    la_c.fit(DataLoader(TensorDataset(torch.zeros(3, 2, dtype=D), torch.tensor([0, 1, 1])), batch_size=3))
+    with pytest.raises(ValueError, match="regression"):
+        la_c.optimize_hyperparameters()
