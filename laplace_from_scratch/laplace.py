@@ -368,13 +368,12 @@ class Laplace:
                 "x must be a tensor of shape (N, ...) with a batch dimension, "
                 f"got {getattr(x, 'shape', type(x))}"
             )
-        Sigma = self.posterior_covariance
         if pred_type == "nn":
             samples = nn_samples(self._f, x, self.sample(n_samples, generator))
             if self.likelihood == "regression":
                 return samples.mean(0), samples.var(0)
             return torch.softmax(samples, -1).mean(0)
-        f_mu, f_var = glm_predictive(self._f, self.mean, x, Sigma)
+        f_mu, f_var = glm_predictive(self._f, self.mean, x, self.posterior_covariance)
         if self.likelihood == "regression":
             return f_mu, f_var
         if link_approx == "probit":

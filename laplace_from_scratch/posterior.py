@@ -139,9 +139,11 @@ class EigenPosterior:
     def from_jacobians(cls, Jw: Tensor, rtol: float | None = None) -> EigenPosterior:
         """Dual route from whitened Jacobians Jw (M, P) with H = Jwᵀ Jw.
 
-        Eigenvalues below ``rtol``·λ_max (default: 10·M·machine epsilon) are treated as zero:
-        they are round-off, and their directions join the complement where P = δ.
+        Computed in float64 whatever the dtype of Jw (the M×M problem is small, and float32 would
+        lose the small eigenvalues). Eigenvalues below ``rtol``·λ_max (default: 10·M·float64 epsilon)
+        are treated as zero: they are round-off, and their directions join the complement where P = δ.
         """
+        Jw = Jw.double()
         lam, U = torch.linalg.eigh(Jw @ Jw.T)
         rtol = 10 * Jw.shape[0] * torch.finfo(Jw.dtype).eps if rtol is None else rtol
         keep = lam > rtol * lam.max()
@@ -172,8 +174,9 @@ class EigenPosterior:
         """J Σ Jᵀ without forming Σ. J: (N, K, P) → (N, K, K). Reuse J V across (δ, σ, T) for speed."""
         delta = _scalar(prior_precision, self.eigvals)
         d = self.precision_eigvals(delta, sigma_noise, temperature)
-        JV = J @ self.eigvecs  # (N, K, r)
-        return (JV * (1 / d - 1 / delta)) @ JV.mT + J @ J.mT / delta
+        J64 = J.to(self.eigvecs.dtype)
+        JV = J64 @ self.eigvecs  # (N, K, r)
+        return ((JV * (1 / d - 1 / delta)) @ JV.mT + J64 @ J64.mT / delta).to(J.dtype)
 
     def sample(
         self,
