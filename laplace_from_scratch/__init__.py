@@ -28,6 +28,7 @@ from .predictive import (
     probit,
 )
 from .training import (
+    fit_map,
     map_objective,
     mean_objective,
     minimize,
@@ -55,6 +56,7 @@ __all__ = [
     "Gaussian",
     "empirical_fisher",
     "exact_hessian",
+    "fit_map",
     "flatten_params",
     "get_likelihood",
     "ggn",

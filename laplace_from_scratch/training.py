@@ -157,3 +157,35 @@ def train_map(
         lr=lr,
         optimizer=optimizer,
     )
+
+
+def fit_map(
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    likelihood: str = "regression",
+    sigma_noise: float = 1.0,
+    prior_precision: float = 1.0,
+    adam_steps: int = 1000,
+    lbfgs_steps: int = 1500,
+    lr: float = 1e-2,
+) -> nn.Module:
+    """Train to the MAP the way the notebooks do: Adam to get close, then L-BFGS to converge tightly.
+
+    A converged mode is what Laplace expands around, and it makes printed numbers reproducible.
+    ``lbfgs_steps=0`` skips the polish. Returns ``model``.
+    """
+    train_map(model, X, y, likelihood, sigma_noise, prior_precision, n_steps=adam_steps, lr=lr)
+    if lbfgs_steps:
+        train_map(
+            model,
+            X,
+            y,
+            likelihood,
+            sigma_noise,
+            prior_precision,
+            n_steps=lbfgs_steps,
+            lr=1.0,
+            optimizer="lbfgs",
+        )
+    return model
