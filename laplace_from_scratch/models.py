@@ -12,15 +12,17 @@ def mlp(
     width: int = 50,
     depth: int = 2,
     activation: type[nn.Module] = nn.Tanh,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype | None = None,
 ) -> nn.Sequential:
     """``depth`` hidden layers of ``width`` units with ``activation``, then a linear output layer.
 
-    Initialised from ``torch.manual_seed(seed)`` (PyTorch's default init), in ``dtype``
-    (default: ``torch.get_default_dtype()``). 1-50-50-1 has P = 2701 parameters.
+    Initialised from ``torch.manual_seed(seed)`` (PyTorch's default init; ``seed=None`` uses the
+    current random state), in ``dtype`` (default: ``torch.get_default_dtype()``). 1-50-50-1 has
+    P = 2701 parameters.
     """
-    torch.manual_seed(seed)
+    if seed is not None:
+        torch.manual_seed(seed)
     layers: list[nn.Module] = []
     d = d_in
     for _ in range(depth):

@@ -1,6 +1,7 @@
 import pytest
 import torch
-from torch import nn
+
+import laplace_from_scratch as lfs
 
 
 @pytest.fixture(autouse=True)
@@ -8,10 +9,6 @@ def _seed():
     torch.manual_seed(0)
 
 
-def mlp(d_in: int, d_out: int, width: int = 8, depth: int = 2, act=nn.Tanh, dtype=torch.float64):
-    layers, d = [], d_in
-    for _ in range(depth):
-        layers += [nn.Linear(d, width), act()]
-        d = width
-    layers.append(nn.Linear(d, d_out))
-    return nn.Sequential(*layers).to(dtype)
+def mlp(d_in: int, d_out: int, width: int = 8, depth: int = 2, dtype=torch.float64):
+    """Test-sized tanh MLPs in float64: ``lfs.mlp`` initialised from the current random state."""
+    return lfs.mlp(d_in, d_out, width=width, depth=depth, seed=None, dtype=dtype)
