@@ -286,16 +286,8 @@ class Laplace:
         if method == "marglik":
             if val_loader is not None:
                 raise ValueError("val_loader is only used by method='gridsearch'")
-            init = torch.as_tensor(init_prior_prec, dtype=self.mean.dtype)
-            if init.numel() == 1 and prior_structure == "layerwise":
-                init = init.reshape(()).expand(self.n_layers).clone()
-            best, _ = maximize_on_logs(
-                lambda prior_precision: self.log_marginal_likelihood(prior_precision=prior_precision),
-                {"prior_precision": init},
-                n_steps,
-                lr,
-            )
-            self.prior_precision = best["prior_precision"]
+            self.prior_precision = init_prior_prec
+            self.optimize_hyperparameters(n_steps, lr, tune_sigma=False, prior_structure=prior_structure)
             return
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
