@@ -8,7 +8,7 @@ from .data import sinusoid, toy_linear, toy_nonlinear
 from .functional import flatten_params, make_functional, unflatten_params, vector_to_model
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
-from .likelihoods import Categorical, Gaussian, get_likelihood
+from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
 from .models import mlp
 from .posterior import (
     EigenPosterior,
@@ -22,10 +22,14 @@ from .posterior import (
 from .predictive import (
     functional_variance,
     glm_predictive,
+    laplace_bridge,
     linearized_samples,
+    mc_sigmoid,
     mc_softmax,
     nn_samples,
     probit,
+    probit_binary,
+    two_class,
 )
 from .training import (
     fit_map,
@@ -38,6 +42,7 @@ from .training import (
 )
 
 __all__ = [
+    "Bernoulli",
     "Categorical",
     "EigenPosterior",
     "Laplace",
@@ -52,6 +57,10 @@ __all__ = [
     "posterior_precision",
     "prior_precision_diag",
     "probit",
+    "probit_binary",
+    "two_class",
+    "laplace_bridge",
+    "mc_sigmoid",
     "sample_from_cholesky",
     "Gaussian",
     "empirical_fisher",

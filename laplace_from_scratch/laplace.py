@@ -5,6 +5,12 @@
     la.fit(train_loader)
     la.log_marginal_likelihood()          # scalar, differentiable in prior_precision / sigma_noise
     f_mu, f_var = la(x, pred_type="glm")  # regression: (N, K), (N, K, K)
+    probs = la(x, link_approx="probit")   # classification: (N, C) class probabilities
+
+Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2 logits) and
+``"binary_classification"`` (one logit, sigmoid; laplace-torch 0.3 has no such option, it is the
+two-class softmax with one logit pinned at 0). Classification predictives return (N, C) with C = 2
+for the binary case.
     la.sample(100)                        # (100, P)
 
 Argument names, conventions and return shapes follow laplace-torch 0.3, so either can be
@@ -24,7 +30,7 @@ from torch.utils.data import DataLoader
 
 from .curvature import whitened_jacobians
 from .functional import make_functional
-from .likelihoods import Categorical, Gaussian
+from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import (
     EigenPosterior,
@@ -35,12 +41,22 @@ from .posterior import (
     prior_precision_diag,
     sample_from_cholesky,
 )
-from .predictive import glm_predictive, linearized_samples, mc_softmax, nn_samples, probit
+from .predictive import (
+    glm_predictive,
+    laplace_bridge,
+    linearized_samples,
+    mc_sigmoid,
+    mc_softmax,
+    nn_samples,
+    probit,
+    probit_binary,
+    two_class,
+)
 
 # keep the whitened Jacobians (N·K, P) for the dual evidence route when N·K < P and they are this small
 MAX_DUAL_ENTRIES = 50_000_000
 
-LIKELIHOODS = ("regression", "classification")
+LIKELIHOODS = ("regression", "classification", "binary_classification")
 SUBSETS = ("all", "last_layer", "subnetwork")
 STRUCTURES = ("full", "diag", "kron", "lowrank", "gp")
 
@@ -98,7 +114,7 @@ class Laplace:
         sigma = torch.as_tensor(value, dtype=self.mean.dtype)
         if sigma.numel() != 1 or not sigma.item() > 0:
             raise ValueError(f"sigma_noise must be one positive number, got {value}")
-        if self.likelihood == "classification" and sigma.item() != 1:
+        if self.likelihood != "regression" and sigma.item() != 1:
             raise ValueError("sigma_noise must be 1 for classification")
         self._sigma_noise = sigma.reshape(())
 
@@ -137,7 +153,7 @@ class Laplace:
         kept for the dual route of the evidence (see :class:`EigenPosterior`).
         """
         self._f, self.mean = make_functional(self.model)
-        lik = Gaussian(1.0) if self.likelihood == "regression" else Categorical()
+        lik = get_likelihood(self.likelihood, 1.0)
         H = torch.zeros(self.n_params, self.n_params, dtype=self.mean.dtype, device=self.mean.device)
         loss = torch.zeros((), dtype=self.mean.dtype)
         blocks, n_data = [], 0
@@ -151,7 +167,7 @@ class Laplace:
                     )
                 loss += 0.5 * ((y - out) ** 2).sum()  # ½·SSE, the Gaussian NLL at σ = 1 without its constant
             else:
-                loss += lik.nll(out, y)  # Σ cross-entropy (also validates the labels)
+                loss += lik.nll(out, y)  # Σ cross-entropy (also validates labels and output width)
             Jw = whitened_jacobians(self._f, self.mean, X, lik)
             H += Jw.T @ Jw
             blocks.append(Jw)
@@ -348,11 +364,15 @@ class Laplace:
 
         Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ without σ²;
         ``pred_type="nn"`` → mean and variance (N, K) of the network at posterior samples.
-        Classification: class probabilities (N, K), by ``link_approx="probit"`` or ``"mc"`` (glm),
-        or by averaging softmax over posterior samples of the network (``pred_type="nn"``).
+        Classification: class probabilities (N, C), by ``link_approx="probit"``, ``"mc"`` or
+        ``"bridge"`` (softmax only) for the GLM, or by averaging softmax (sigmoid) over posterior
+        samples of the network (``pred_type="nn"``). C = K, or 2 for ``"binary_classification"``.
         """
         _check_choice("pred_type", pred_type, ("glm", "nn"))
-        _check_choice("link_approx", link_approx, ("probit", "mc"))
+        _check_choice("link_approx", link_approx, ("probit", "mc", "bridge"))
+        binary = self.likelihood == "binary_classification"
+        if binary and link_approx == "bridge":
+            raise ValueError("link_approx='bridge' needs K ≥ 2 logits; use 'probit' or 'mc' for one logit")
         if pred_type == "nn" and link_approx != "mc":
             link_approx = "mc"
         if not isinstance(x, Tensor) or x.ndim < 2:
@@ -364,13 +384,17 @@ class Laplace:
             samples = nn_samples(self._f, x, self.sample(n_samples, generator))
             if self.likelihood == "regression":
                 return samples.mean(0), samples.var(0)
+            if binary:
+                return two_class(torch.sigmoid(samples[..., 0]).mean(0))
             return torch.softmax(samples, -1).mean(0)
         f_mu, f_var = glm_predictive(self._f, self.mean, x, self.posterior_covariance)
         if self.likelihood == "regression":
             return f_mu, f_var
         if link_approx == "probit":
-            return probit(f_mu, f_var)
-        return mc_softmax(f_mu, f_var, n_samples, generator)
+            return probit_binary(f_mu, f_var) if binary else probit(f_mu, f_var)
+        if link_approx == "bridge":
+            return laplace_bridge(f_mu, f_var)
+        return (mc_sigmoid if binary else mc_softmax)(f_mu, f_var, n_samples, generator)
 
     def glm_samples(
         self, x: Tensor, n_samples: int = 100, generator: torch.Generator | None = None

@@ -5,7 +5,8 @@
   (``f_var``, *without* the observation noise: the predictive of y adds σ²).
 * Monte Carlo over the linearised model (it must converge to the closed form) and over the
   network itself ("NN sampling"), which differs where the network is far from linear.
-* For classification: the probit approximation and Monte Carlo of softmax(f).
+* For classification: the probit approximation, Monte Carlo of softmax(f) (or σ(f) for one
+  logit), and the Laplace bridge (a Dirichlet matched to the Gaussian over the logits).
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -62,3 +63,43 @@ def mc_softmax(
     eps = torch.randn(n_samples, *f_mu.shape, generator=generator, dtype=f_mu.dtype, device=f_mu.device)
     f = f_mu + torch.einsum("nkl,snl->snk", L, eps)
     return torch.softmax(f, dim=-1).mean(0)
+
+
+def two_class(p1: Tensor) -> Tensor:
+    """Probabilities of class 1, (N,) or (N, 1), as (N, 2) columns [p(y=0), p(y=1)]."""
+    p1 = p1.reshape(-1)
+    return torch.stack([1 - p1, p1], dim=-1)
+
+
+def probit_binary(f_mu: Tensor, f_var: Tensor) -> Tensor:
+    """σ(f_μ / √(1 + π/8 · f_var)) for one logit. f_mu: (N, 1), f_var: (N, 1, 1) → (N, 2).
+
+    The same number as :func:`probit` on the two logits [0, f]: the pinned logit has no variance.
+    """
+    kappa = 1 / torch.sqrt(1 + math.pi / 8 * f_var.reshape(-1))
+    return two_class(torch.sigmoid(kappa * f_mu.reshape(-1)))
+
+
+def mc_sigmoid(
+    f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """E[σ(f)] for f ~ N(f_mu, f_var), one logit, by Monte Carlo. f_mu: (N, 1), f_var: (N, 1, 1) → (N, 2)."""
+    eps = torch.randn(n_samples, f_mu.shape[0], generator=generator, dtype=f_mu.dtype, device=f_mu.device)
+    f = f_mu.reshape(-1) + f_var.reshape(-1).clamp(min=0).sqrt() * eps
+    return two_class(torch.sigmoid(f).mean(0))
+
+
+def laplace_bridge(f_mu: Tensor, f_var: Tensor) -> Tensor:
+    """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022). f_mu: (N, K), f_var: (N, K, K) → (N, K).
+
+    softmax(f) does not change when a constant is added to every logit, so the Gaussian over f is
+    first conditioned on Σₖ fₖ = 0; then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} / K²) / Σₖₖ and the
+    predictive is α / Σ α. Needs K ≥ 2 logits with variance (not for one logit pinned at 0).
+    """
+    K = f_mu.shape[-1]
+    s = f_var.sum(-1)  # Σ 1, (N, K)
+    total = s.sum(-1, keepdim=True)  # 1ᵀ Σ 1, (N, 1)
+    mu = f_mu - s * f_mu.sum(-1, keepdim=True) / total
+    var = f_var.diagonal(dim1=-2, dim2=-1) - s**2 / total
+    alpha = (1 - 2 / K + mu.exp() * (-mu).exp().sum(-1, keepdim=True) / K**2) / var
+    return alpha / alpha.sum(-1, keepdim=True)

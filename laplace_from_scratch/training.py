@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .likelihoods import NAMES as LIKELIHOOD_NAMES
 from .likelihoods import get_likelihood
 
 Objective = Callable[[], Tensor]
@@ -56,8 +57,10 @@ def mean_objective(
         loss = F.mse_loss(out, y)
     elif likelihood == "classification":
         loss = F.cross_entropy(out, y)
+    elif likelihood == "binary_classification":
+        loss = F.binary_cross_entropy_with_logits(out[:, 0], y.to(out.dtype))
     else:
-        raise ValueError(f"likelihood must be 'regression' or 'classification', got {likelihood!r}")
+        raise ValueError(f"likelihood must be one of {LIKELIHOOD_NAMES}, got {likelihood!r}")
     return loss + 0.5 * weight_decay * squared_norm(model)
 
 
@@ -70,13 +73,14 @@ def weight_decay_to_prior_precision(
 ) -> float:
     """The prior precision δ whose MAP equals that of a mean loss with weight decay ``wd``.
 
-    Classification: δ = N·wd. Regression with ``nn.MSELoss()``: δ = N·K·wd / (2σ²).
+    Classification (mean cross-entropy, softmax or binary): δ = N·wd.
+    Regression with ``nn.MSELoss()``: δ = N·K·wd / (2σ²).
     """
-    if likelihood == "classification":
+    if likelihood in ("classification", "binary_classification"):
         return n_data * weight_decay
     if likelihood == "regression":
         return n_data * n_outputs * weight_decay / (2 * sigma_noise**2)
-    raise ValueError(f"likelihood must be 'regression' or 'classification', got {likelihood!r}")
+    raise ValueError(f"likelihood must be one of {LIKELIHOOD_NAMES}, got {likelihood!r}")
 
 
 def prior_precision_to_weight_decay(

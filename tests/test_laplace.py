@@ -160,7 +160,7 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="pred_type"):
         la(X, pred_type="laplace")
     with pytest.raises(ValueError, match="link_approx"):
-        la(X, link_approx="bridge")
+        la(X, link_approx="softmax")
     with pytest.raises(ValueError, match="batch dimension"):
         la(torch.zeros(1, dtype=D))
     clf = Laplace(mlp(1, 3), "classification")

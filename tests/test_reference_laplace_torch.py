@@ -11,7 +11,16 @@ import torch
 from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
-from laplace_from_scratch import Categorical, Gaussian, ggn, make_functional, sinusoid, toy_nonlinear
+from laplace_from_scratch import (
+    Bernoulli,
+    Categorical,
+    Gaussian,
+    fit_map,
+    ggn,
+    make_functional,
+    sinusoid,
+    toy_nonlinear,
+)
 
 laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
 from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN  # noqa: E402
@@ -137,3 +146,79 @@ def test_optimize_prior_precision_reaches_laplace_torch_delta(likelihood):
     ref.optimize_prior_precision(method="marglik")
     ours.optimize_prior_precision(method="marglik")
     assert abs(ours.prior_precision.item() / ref.prior_precision.item() - 1) < 1e-4
+
+
+# ----- binary classification: laplace-torch 0.3 has no one-logit likelihood --------------------------
+# A one-logit network f is the two-class softmax network [0, f] with the same parameters: same
+# cross-entropy, same GGN (Λ's pinned row and column meet zero Jacobian rows), and its probit on
+# [0, f] with f_var = diag(0, v) is σ(f/√(1 + πv/8)). So laplace-torch on the pinned network is the
+# reference for our 'binary_classification' on the one-logit network.
+
+
+class PinnedZeroLogit(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        f = self.model(x)
+        return torch.cat([torch.zeros_like(f), f], dim=-1)
+
+
+def _binary_problem():
+    torch.manual_seed(0)
+    d = toy_nonlinear(n=120, dtype=torch.float64)
+    model = mlp(2, 1, width=10)
+    fit_map(model, d.X, d.y, "binary_classification", prior_precision=1.0, adam_steps=300, lbfgs_steps=100)
+    return model, d.X, d.y
+
+
+def _fit_binary_both(**kw):
+    model, X, y = _binary_problem()
+    loader = DataLoader(TensorDataset(X, y), batch_size=50)
+    backend = kw.pop("backend", CurvlinopsGGN)
+    ref = laplace.Laplace(
+        PinnedZeroLogit(model),
+        "classification",
+        subset_of_weights="all",
+        hessian_structure="full",
+        backend=backend,
+        **kw,
+    )
+    ref.fit(loader)
+    ours = OurLaplace(model, "binary_classification", **kw)
+    ours.fit(loader)
+    return ours, ref, X
+
+
+@pytest.mark.parametrize("backend", [CurvlinopsGGN, BackPackGGN, AsdlGGN])
+def test_binary_ggn_equals_laplace_torch_H_of_the_pinned_network(backend):
+    ours, ref, X = _fit_binary_both(backend=backend)
+    f, theta = make_functional(ours.model)
+    assert _rel_err(ours.H, ref.H) < RTOL
+    assert _rel_err(ggn(f, theta, X, Bernoulli()), ref.H) < RTOL
+
+
+@pytest.mark.parametrize("delta", [0.1, 1.0, 10.0])
+def test_binary_evidence_and_probit_equal_laplace_torch(delta):
+    ours, ref, X = _fit_binary_both(prior_precision=delta)
+    assert _rel_err(ours.log_marginal_likelihood(), ref.log_marginal_likelihood()) < RTOL
+    Xq = torch.cat([X[:20], 5 * torch.randn(20, 2)])
+    p, p_ref = ours(Xq, link_approx="probit"), ref(Xq, pred_type="glm", link_approx="probit")
+    assert p.shape == p_ref.shape == (40, 2)
+    assert _rel_err(p, p_ref) < RTOL
+
+
+def test_binary_optimize_prior_precision_reaches_laplace_torch_delta():
+    ours, ref, _ = _fit_binary_both()
+    ref.optimize_prior_precision(method="marglik")
+    ours.optimize_prior_precision(method="marglik")
+    assert abs(ours.prior_precision.item() / ref.prior_precision.item() - 1) < 1e-4
+
+
+def test_multiclass_laplace_bridge_equals_laplace_torch():
+    model, X, y = _multiclass_problem()
+    ours, ref = _fit_both(model, X, y, likelihood="classification", prior_precision=0.7)
+    Xq = torch.cat([X[:20], 5 * torch.randn(20, 2)])
+    p, p_ref = ours(Xq, link_approx="bridge"), ref(Xq, pred_type="glm", link_approx="bridge")
+    assert _rel_err(p, p_ref) < RTOL
