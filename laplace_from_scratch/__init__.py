@@ -4,7 +4,7 @@ One file per idea; see the notebooks for the story.
 """
 
 from .curvature import empirical_fisher, exact_hessian, ggn, ggn_from_jacobians, residual_term
-from .data import sinusoid, toy_linear, toy_nonlinear
+from .data import sinusoid, toy_linear, toy_multiclass, toy_nonlinear
 from .functional import flatten_params, make_functional, unflatten_params, vector_to_model
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
@@ -20,6 +20,7 @@ from .posterior import (
     sample_from_cholesky,
 )
 from .predictive import (
+    entropy,
     functional_variance,
     glm_predictive,
     laplace_bridge,
@@ -64,6 +65,7 @@ __all__ = [
     "sample_from_cholesky",
     "Gaussian",
     "empirical_fisher",
+    "entropy",
     "exact_hessian",
     "fit_map",
     "flatten_params",
@@ -81,6 +83,7 @@ __all__ = [
     "residual_term",
     "sinusoid",
     "toy_linear",
+    "toy_multiclass",
     "toy_nonlinear",
     "train_map",
     "unflatten_params",

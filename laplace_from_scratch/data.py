@@ -4,6 +4,7 @@
   with test inputs on [−10, 13] to look far outside the data.
 * :func:`toy_linear`: two linearly separable Gaussian clusters in 2-D.
 * :func:`toy_nonlinear`: two interleaving half-moons in 2-D (not linearly separable).
+* :func:`toy_multiclass`: K Gaussian blobs on a circle in 2-D, neighbours overlapping a little.
 
 Everything is generated in float64 from a ``torch.Generator`` with a fixed seed, then cast to
 ``dtype`` (default: ``torch.get_default_dtype()``); no downloads.
@@ -87,4 +88,22 @@ def toy_nonlinear(
     X = torch.where(y.unsqueeze(-1) == 0, upper, lower)
     X = X - torch.tensor([0.5, 0.25], dtype=torch.float64)
     X = X + noise * torch.randn(n, 2, generator=g, dtype=torch.float64)
+    return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)
+
+
+def toy_multiclass(
+    n: int = 300,
+    n_classes: int = 3,
+    radius: float = 2.0,
+    std: float = 0.8,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+) -> ClassificationData:
+    """``n_classes`` Gaussian blobs of standard deviation ``std`` centred evenly on a circle of ``radius``;
+    label c for the blob at angle 2πc/K + π/2. Balanced: example i has label i mod K."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % n_classes
+    angle = 2 * math.pi * y.to(torch.float64) / n_classes + math.pi / 2
+    centre = radius * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
+    X = centre + std * torch.randn(n, 2, generator=g, dtype=torch.float64)
     return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)

@@ -347,7 +347,9 @@ class Laplace:
                     total -= dist.log_prob(y).sum().item()
                 else:
                     p = self(X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples)
-                    total -= p.gather(1, y.unsqueeze(1)).clamp(min=1e-300).log().sum().item()
+                    total -= (
+                        p.gather(1, y.unsqueeze(1)).clamp(min=torch.finfo(p.dtype).tiny).log().sum().item()
+                    )
                 count += X.shape[0]
         return total / count
 

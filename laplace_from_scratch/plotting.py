@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
@@ -50,6 +52,72 @@ def plot_2d_data(ax: Axes, data: ClassificationData, title: str = "") -> Axes:
         )
     ax.set(xlabel="$x_1$", ylabel="$x_2$", title=title, aspect="equal")
     ax.legend(loc="best", fontsize=8)
+    return ax
+
+
+def grid_2d(lim: float | tuple[float, float, float, float] = 3.0, n: int = 100) -> Tensor:
+    """An n×n grid of 2-D inputs, (n·n, 2), row-major in x₂ then x₁ (so ``values.reshape(n, n)`` plots).
+
+    ``lim`` is a half-width (a square around 0) or (x₁min, x₁max, x₂min, x₂max).
+    """
+    x1min, x1max, x2min, x2max = (-lim, lim, -lim, lim) if isinstance(lim, int | float) else lim
+    dtype = torch.get_default_dtype()
+    x1 = torch.linspace(x1min, x1max, n, dtype=dtype)
+    x2 = torch.linspace(x2min, x2max, n, dtype=dtype)
+    X2, X1 = torch.meshgrid(x2, x1, indexing="ij")
+    return torch.stack([X1.reshape(-1), X2.reshape(-1)], -1)
+
+
+def plot_contour(
+    ax: Axes,
+    grid: Tensor,
+    values: Tensor,
+    data: ClassificationData | None = None,
+    kind: str = "probability",
+    title: str = "",
+    colorbar: bool = True,
+    levels: int | list[float] | None = None,
+) -> Axes:
+    """Filled contours of ``values`` (n·n,) on a :func:`grid_2d` grid, with the data on top.
+
+    ``kind="probability"``: p(y = 1 | x) on [0, 1] (diverging colours, the 0.5 line drawn);
+    ``kind="entropy"``: predictive entropy on [0, log K] (sequential colours), K from ``data``
+    (or the maximum of ``values``); ``kind="other"``: any scalar, own range.
+    """
+    n = int(round(grid.shape[0] ** 0.5))
+    if n * n != grid.shape[0] or values.numel() != grid.shape[0]:
+        raise ValueError(f"grid {tuple(grid.shape)} and values {tuple(values.shape)} must be an n×n grid")
+    X1, X2 = grid[:, 0].reshape(n, n), grid[:, 1].reshape(n, n)
+    V = values.detach().reshape(n, n)
+    if kind == "probability":
+        cs = ax.contourf(
+            X1, X2, V, levels=levels or [i / 10 for i in range(11)], cmap="RdBu_r", vmin=0, vmax=1
+        )
+        ax.contour(X1, X2, V, levels=[0.5], colors="k", linewidths=1)
+    elif kind == "entropy":
+        K = len(torch.unique(data.y)) if data is not None else None
+        top = math.log(K) if K else float(V.max())
+        cs = ax.contourf(X1, X2, V, levels=levels or torch.linspace(0, top, 11).tolist(), cmap="viridis")
+    elif kind == "other":
+        cs = ax.contourf(X1, X2, V, levels=levels or 10, cmap="viridis")
+    else:
+        raise ValueError(f"kind must be 'probability', 'entropy' or 'other', got {kind!r}")
+    if colorbar:
+        ax.figure.colorbar(cs, ax=ax, shrink=0.85)
+    if data is not None:
+        for c in torch.unique(data.y).tolist():
+            pts = data.X[data.y == c]
+            ax.scatter(
+                pts[:, 0],
+                pts[:, 1],
+                s=8,
+                c=CLASS_COLOURS[c % len(CLASS_COLOURS)],
+                edgecolors="k",
+                linewidths=0.3,
+            )
+    ax.set(xlabel="$x_1$", ylabel="$x_2$", title=title, aspect="equal")
+    ax.set_xlim(float(X1.min()), float(X1.max()))
+    ax.set_ylim(float(X2.min()), float(X2.max()))
     return ax
 
 

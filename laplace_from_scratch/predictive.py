@@ -101,5 +101,13 @@ def laplace_bridge(f_mu: Tensor, f_var: Tensor) -> Tensor:
     total = s.sum(-1, keepdim=True)  # 1ᵀ Σ 1, (N, 1)
     mu = f_mu - s * f_mu.sum(-1, keepdim=True) / total
     var = f_var.diagonal(dim1=-2, dim2=-1) - s**2 / total
-    alpha = (1 - 2 / K + mu.exp() * (-mu).exp().sum(-1, keepdim=True) / K**2) / var
-    return alpha / alpha.sum(-1, keepdim=True)
+    # log αₖ, computed in log space: far from the data e^{μₖ} Σ e^{−μₗ} overflows
+    log_a = mu + torch.logsumexp(-mu, dim=-1, keepdim=True) - 2 * math.log(K)
+    if K > 2:
+        log_a = torch.logaddexp(log_a, torch.full_like(log_a, math.log(1 - 2 / K)))
+    return torch.softmax(log_a - var.log(), dim=-1)
+
+
+def entropy(probs: Tensor) -> Tensor:
+    """Entropy −Σ p log p of each row of class probabilities, (N, C) → (N,), in nats."""
+    return -torch.special.xlogy(probs, probs).sum(-1)  # xlogy(0, 0) = 0 in any dtype

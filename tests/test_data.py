@@ -1,6 +1,6 @@
 import torch
 
-from laplace_from_scratch import sinusoid, toy_linear, toy_nonlinear
+from laplace_from_scratch import sinusoid, toy_linear, toy_multiclass, toy_nonlinear
 
 
 def test_sinusoid_shapes_ranges_and_determinism():
@@ -27,3 +27,17 @@ def test_toy_nonlinear_is_balanced_and_deterministic():
     assert d.X.shape == (200, 2) and set(d.y.tolist()) == {0, 1}
     assert (d.y == 0).sum() == 100
     torch.testing.assert_close(toy_nonlinear().X, d.X, rtol=0, atol=0)
+
+
+def test_toy_multiclass_blobs_sit_on_the_circle():
+    d = toy_multiclass(n=3000, n_classes=4, radius=2.0, std=0.8)
+    assert d.X.shape == (3000, 2) and d.y.dtype == torch.int64
+    assert torch.bincount(d.y).tolist() == [750] * 4
+    for c in range(4):
+        angle = torch.tensor(2 * torch.pi * c / 4 + torch.pi / 2)
+        centre = 2.0 * torch.stack([torch.cos(angle), torch.sin(angle)])
+        pts = d.X[d.y == c]
+        # mean within 5 standard errors (0.8/√750 ≈ 0.03) of the centre; spread 0.8 up to sampling error
+        assert (pts.mean(0) - centre).abs().max() < 5 * 0.8 / 750**0.5
+        assert (pts.std(0) - 0.8).abs().max() < 0.08
+    torch.testing.assert_close(toy_multiclass(n=3000, n_classes=4).X, d.X, rtol=0, atol=0)
