@@ -78,3 +78,16 @@ def whitened_jacobians(
         sqrt_Lam = (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT  # symmetric square root
         rows.append(torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb)).reshape(-1, theta.numel()))
     return torch.cat(rows)
+
+
+def ggn_diagonal(
+    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size: int = 256
+) -> Tensor:
+    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), without forming P×P: the column sums of the squared whitened Jacobians.
+
+    Memory is one batch of whitened Jacobians, (batch_size·K, P).
+    """
+    d = torch.zeros_like(theta)
+    for start in range(0, X.shape[0], batch_size):
+        d += (whitened_jacobians(f, theta, X[start : start + batch_size], likelihood) ** 2).sum(0)
+    return d

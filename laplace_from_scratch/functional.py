@@ -66,3 +66,26 @@ def vector_to_model(theta: Tensor, model: nn.Module) -> None:
             strict=True,
         ):
             p.copy_(v)
+
+
+def last_layer_functional(model: nn.Module) -> tuple[Functional, Tensor, list[int]]:
+    """``(f, theta, sizes)`` for the last ``nn.Linear`` of an ``nn.Sequential``, the rest held fixed.
+
+    f(θ, X) = W φ(X)ᵀ + b with features φ = ``model[:-1]`` at their current weights and θ = [vec W, b]
+    (laplace-torch's order); ``sizes`` are the sizes of W and b. φ carries no gradient: f is linear in θ.
+    """
+    if not isinstance(model, nn.Sequential) or not isinstance(model[-1], nn.Linear):
+        raise ValueError(
+            "subset_of_weights='last_layer' needs an nn.Sequential whose last module is an nn.Linear, "
+            f"got {type(model).__name__}"
+            + (f" ending in {type(model[-1]).__name__}" if isinstance(model, nn.Sequential) else "")
+        )
+    features, last = model[:-1], model[-1]
+    g, theta = make_functional(last)
+
+    def f(theta: Tensor, X: Tensor) -> Tensor:
+        with torch.no_grad():
+            phi = features(X)
+        return g(theta, phi)
+
+    return f, theta, [p.numel() for p in last.parameters() if p.requires_grad]

@@ -48,3 +48,14 @@ def jacobian(
         return f(th, x.unsqueeze(0)).squeeze(0)
 
     return vmap(jac(f_one), in_dims=(None, 0), chunk_size=chunk_size)(theta.detach(), X)
+
+
+def last_layer_jacobian(phi: Tensor, n_outputs: int) -> Tensor:
+    """Closed-form Jacobian of f = W φ + b with respect to θ = [vec W, b] (row-major W, (K, D)).
+
+    ∂fₖ/∂W_kj = φⱼ and ∂fₖ/∂bₖ = 1, so Jₙ = [I_K ⊗ φₙᵀ, I_K]. phi: (N, D) → (N, K, K·D + K).
+    """
+    N, D = phi.shape
+    eye = torch.eye(n_outputs, dtype=phi.dtype, device=phi.device)
+    JW = torch.einsum("kl,nd->nkld", eye, phi).reshape(N, n_outputs, n_outputs * D)
+    return torch.cat([JW, eye.expand(N, n_outputs, n_outputs)], dim=-1)

@@ -15,7 +15,9 @@ for the binary case.
 
 Argument names, conventions and return shapes follow laplace-torch 0.3, so either can be
 swapped for the other; unlike laplace-torch (whose defaults are ``last_layer`` and ``kron``),
-the defaults here are the structures implemented so far: ``"all"`` and ``"full"``.
+the defaults here are ``"all"`` and ``"full"``. Implemented: ``subset_of_weights`` in
+{``"all"``, ``"last_layer"``} × ``hessian_structure`` in {``"full"``, ``"diag"``}. With ``"diag"``
+H, the posterior precision and ``posterior_variance`` are (P,) vectors, as in laplace-torch.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -29,7 +31,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from .curvature import whitened_jacobians
-from .functional import make_functional
+from .functional import last_layer_functional, make_functional
+from .jacobians import jacobian
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import (
@@ -42,7 +45,7 @@ from .posterior import (
     sample_from_cholesky,
 )
 from .predictive import (
-    glm_predictive,
+    functional_variance,
     laplace_bridge,
     linearized_samples,
     mc_sigmoid,
@@ -78,9 +81,9 @@ class Laplace:
         _check_choice("likelihood", likelihood, LIKELIHOODS)
         _check_choice("subset_of_weights", subset_of_weights, SUBSETS)
         _check_choice("hessian_structure", hessian_structure, STRUCTURES)
-        if subset_of_weights != "all":
+        if subset_of_weights not in ("all", "last_layer"):
             raise NotImplementedError(f"subset_of_weights={subset_of_weights!r} is not implemented yet")
-        if hessian_structure != "full":
+        if hessian_structure not in ("full", "diag"):
             raise NotImplementedError(f"hessian_structure={hessian_structure!r} is not implemented yet")
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
@@ -89,8 +92,7 @@ class Laplace:
         self.subset_of_weights = subset_of_weights
         self.hessian_structure = hessian_structure
         self.temperature = float(temperature)
-        self._f, self.mean = make_functional(model)
-        self.param_sizes = [p.numel() for p in model.parameters() if p.requires_grad]
+        self._f, self.mean, self.param_sizes = self._make_functional()
         self.n_params = sum(self.param_sizes)
         self.n_layers = len(self.param_sizes)
         self.sigma_noise = sigma_noise
@@ -145,6 +147,17 @@ class Laplace:
             )
         self._prior_mean = mu0
 
+    def _make_functional(self) -> tuple:
+        """f(θ, x), θ* and the parameter tensor sizes of the weights Laplace is over."""
+        if self.subset_of_weights == "last_layer":
+            return last_layer_functional(self.model)
+        f, theta = make_functional(self.model)
+        return f, theta, [p.numel() for p in self.model.parameters() if p.requires_grad]
+
+    @property
+    def _diag(self) -> bool:
+        return self.hessian_structure == "diag"
+
     # ----- fitting -------------------------------------------------------------------------
     def fit(self, train_loader: DataLoader) -> None:
         """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data.
@@ -152,9 +165,10 @@ class Laplace:
         H is built as J̃ᵀJ̃ from the Λ^½-whitened Jacobians J̃ of each batch; when N·K < P they are
         kept for the dual route of the evidence (see :class:`EigenPosterior`).
         """
-        self._f, self.mean = make_functional(self.model)
+        self._f, self.mean, _ = self._make_functional()
         lik = get_likelihood(self.likelihood, 1.0)
-        H = torch.zeros(self.n_params, self.n_params, dtype=self.mean.dtype, device=self.mean.device)
+        shape = (self.n_params,) if self._diag else (self.n_params, self.n_params)
+        H = torch.zeros(shape, dtype=self.mean.dtype, device=self.mean.device)
         loss = torch.zeros((), dtype=self.mean.dtype)
         blocks, n_data = [], 0
         for X, y in train_loader:
@@ -169,13 +183,16 @@ class Laplace:
             else:
                 loss += lik.nll(out, y)  # Σ cross-entropy (also validates labels and output width)
             Jw = whitened_jacobians(self._f, self.mean, X, lik)
-            H += Jw.T @ Jw
-            blocks.append(Jw)
+            if self._diag:
+                H += (Jw**2).sum(0)  # the GGN's diagonal, as curvature.ggn_diagonal
+            else:
+                H += Jw.T @ Jw
+                blocks.append(Jw)
             n_data += X.shape[0]
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         M = sum(b.shape[0] for b in blocks)
-        keep = M < self.n_params and M * self.n_params <= MAX_DUAL_ENTRIES
+        keep = bool(blocks) and M < self.n_params and M * self.n_params <= MAX_DUAL_ENTRIES
         self._Jw = torch.cat(blocks) if keep else None
         self._eigen = None
         self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
@@ -192,19 +209,38 @@ class Laplace:
 
     @property
     def posterior_precision(self) -> Tensor:
-        """P = H/(σ²T) + diag(p₀), (P, P)."""
-        return posterior_precision(
-            self._require_fit(), self.sigma_noise, self.prior_precision_diag, self.temperature
-        )
+        """P = H/(σ²T) + diag(p₀): (P, P), or its diagonal (P,) for ``"diag"``."""
+        H = self._require_fit()
+        if self._diag:
+            return self._H_factor * H + self.prior_precision_diag
+        return posterior_precision(H, self.sigma_noise, self.prior_precision_diag, self.temperature)
+
+    @property
+    def posterior_variance(self) -> Tensor:
+        """The marginal variances diag(Σ), (P,)."""
+        if self._diag:
+            return 1 / self.posterior_precision
+        return self.posterior_covariance.diagonal()
 
     @property
     def posterior_covariance(self) -> Tensor:
-        """Σ = P⁻¹ (P, P), from the Cholesky factor of P."""
+        """Σ = P⁻¹ (P, P), from the Cholesky factor of P (for ``"diag"``: the diagonal matrix)."""
+        if self._diag:
+            return torch.diag(self.posterior_variance)
         return covariance_from_cholesky(cholesky(self.posterior_precision))
 
     def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
         """θ ~ N(θ*, P⁻¹), (S, P)."""
+        if self._diag:
+            eps = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.mean.dtype)
+            return self.mean + eps * self.posterior_variance.sqrt()
         return sample_from_cholesky(self.mean, cholesky(self.posterior_precision), n_samples, generator)
+
+    def functional_variance(self, J: Tensor) -> Tensor:
+        """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
+        if self._diag:
+            return torch.einsum("nkp,p,nlp->nkl", J, self.posterior_variance, J)
+        return functional_variance(J, self.posterior_covariance)
 
     # ----- the evidence --------------------------------------------------------------------
     @property
@@ -240,6 +276,10 @@ class Laplace:
 
     def _use_eigen(self) -> bool:
         _check_choice("evidence_route", self.evidence_route, ("auto", "eigen", "cholesky"))
+        if self._diag:
+            if self.evidence_route == "eigen":
+                raise ValueError("evidence_route='eigen' is for hessian_structure='full'")
+            return False
         scalar = self.prior_precision.numel() == 1
         if self.evidence_route == "eigen" and not scalar:
             raise ValueError("evidence_route='eigen' needs a scalar prior_precision")
@@ -247,7 +287,9 @@ class Laplace:
 
     @property
     def log_det_posterior_precision(self) -> Tensor:
-        """log det P: O(r) from the cached eigenvalues for a scalar prior, else by Cholesky."""
+        """log det P: Σ log for diag; O(r) from the cached eigenvalues for a scalar prior; else Cholesky."""
+        if self._diag:
+            return self.posterior_precision.log().sum()
         if self._use_eigen():
             return self.eigen.log_det(self.prior_precision, self.sigma_noise, self.temperature)
         return log_det_from_cholesky(cholesky(self.posterior_precision))
@@ -389,7 +431,9 @@ class Laplace:
             if binary:
                 return two_class(torch.sigmoid(samples[..., 0]).mean(0))
             return torch.softmax(samples, -1).mean(0)
-        f_mu, f_var = glm_predictive(self._f, self.mean, x, self.posterior_covariance)
+        with torch.no_grad():
+            f_mu = self._f(self.mean, x)
+        f_var = self.functional_variance(jacobian(self._f, self.mean, x))
         if self.likelihood == "regression":
             return f_mu, f_var
         if link_approx == "probit":

@@ -222,3 +222,38 @@ def test_multiclass_laplace_bridge_equals_laplace_torch():
     Xq = torch.cat([X[:20], 5 * torch.randn(20, 2)])
     p, p_ref = ours(Xq, link_approx="bridge"), ref(Xq, pred_type="glm", link_approx="bridge")
     assert _rel_err(p, p_ref) < RTOL
+
+
+# ----- diagonal and last-layer Laplace --------------------------------------------------------------
+# laplace-torch's DiagLaplace keeps H and the posterior precision as (P,) vectors; its last-layer
+# classes find the last layer with a FeatureExtractor and order its parameters [vec W, b], as we do.
+
+STRUCTURES = [("all", "diag"), ("last_layer", "full"), ("last_layer", "diag")]
+
+
+@pytest.mark.parametrize("subset, structure", STRUCTURES)
+@pytest.mark.parametrize("likelihood", ["regression", "classification"])
+def test_diag_and_last_layer_equal_laplace_torch(likelihood, subset, structure):
+    if likelihood == "regression":
+        model, X, y = _trained_regression_problem()
+        kw = dict(sigma_noise=0.3, prior_precision=0.5)
+    else:
+        model, X, y = _multiclass_problem()
+        kw = dict(prior_precision=0.5)
+    loader = DataLoader(TensorDataset(X, y), batch_size=50)
+    ref = laplace.Laplace(model, likelihood, subset_of_weights=subset, hessian_structure=structure, **kw)
+    ref.fit(loader)
+    ours = OurLaplace(model, likelihood, subset_of_weights=subset, hessian_structure=structure, **kw)
+    ours.fit(loader)
+    assert ours.H.shape == ref.H.shape
+    assert _rel_err(ours.H, ref.H) < RTOL
+    assert _rel_err(ours.posterior_precision, ref.posterior_precision) < RTOL
+    assert _rel_err(ours.log_marginal_likelihood(), ref.log_marginal_likelihood()) < RTOL
+    Xq = X[::7]
+    if likelihood == "regression":
+        assert _rel_err(ours(Xq)[1], ref(Xq, pred_type="glm")[1]) < RTOL
+    else:
+        assert _rel_err(ours(Xq), ref(Xq, pred_type="glm", link_approx="probit")) < RTOL
+    ref.optimize_prior_precision(method="marglik")
+    ours.optimize_prior_precision(method="marglik")
+    assert abs(ours.prior_precision.item() / ref.prior_precision.item() - 1) < 1e-4

@@ -1,0 +1,106 @@
+"""Diagonal and last-layer Laplace against the full GGN they approximate or restrict (independent of
+laplace-torch; tests/test_reference_laplace_torch.py compares with it)."""
+
+import pytest
+import torch
+from conftest import mlp
+from torch.utils.data import DataLoader, TensorDataset
+
+from laplace_from_scratch import Categorical, Gaussian, Laplace, fit_map, ggn, make_functional, sinusoid
+from laplace_from_scratch.curvature import ggn_diagonal
+from laplace_from_scratch.functional import last_layer_functional
+from laplace_from_scratch.jacobians import jacobian, last_layer_jacobian
+
+D = torch.float64
+
+
+def _loader(X, y, batch_size=40):
+    return DataLoader(TensorDataset(X, y), batch_size=batch_size)
+
+
+def _regression():
+    d = sinusoid(n=60, dtype=D)
+    model = mlp(1, 2, width=8)  # two outputs: Λ and the last-layer Jacobian have structure
+    y = torch.cat([d.y_train, -d.y_train], -1)
+    fit_map(model, d.X_train, y, "regression", 0.3, 1.0, adam_steps=200, lbfgs_steps=50)
+    return model, d.X_train, y
+
+
+def _classification():
+    X = torch.randn(60, 2, dtype=D)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
+    model = mlp(2, 3, width=8)
+    fit_map(model, X, y, "classification", prior_precision=1.0, adam_steps=200, lbfgs_steps=50)
+    return model, X, y
+
+
+PROBLEMS = {"regression": _regression, "classification": _classification}
+LIKS = {"regression": Gaussian(1.0), "classification": Categorical()}
+
+
+@pytest.mark.parametrize("likelihood", PROBLEMS)
+def test_ggn_diagonal_is_the_diagonal_of_the_ggn(likelihood):
+    model, X, _ = PROBLEMS[likelihood]()
+    f, theta = make_functional(model)
+    G = ggn(f, theta, X, LIKS[likelihood])
+    torch.testing.assert_close(ggn_diagonal(f, theta, X, LIKS[likelihood], batch_size=7), G.diagonal())
+
+
+@pytest.mark.parametrize("likelihood", PROBLEMS)
+def test_diag_laplace_is_full_laplace_with_the_off_diagonal_dropped(likelihood):
+    model, X, y = PROBLEMS[likelihood]()
+    kw = dict(sigma_noise=0.3) if likelihood == "regression" else {}
+    full = Laplace(model, likelihood, prior_precision=0.7, **kw)
+    diag = Laplace(model, likelihood, hessian_structure="diag", prior_precision=0.7, **kw)
+    full.fit(_loader(X, y))
+    diag.fit(_loader(X, y))
+    P_diag = torch.diag(full.posterior_precision.diagonal())
+    torch.testing.assert_close(diag.posterior_precision, P_diag.diagonal())
+    torch.testing.assert_close(diag.posterior_covariance, torch.linalg.inv(P_diag))
+    torch.testing.assert_close(diag.log_det_posterior_precision, torch.logdet(P_diag))
+    # the evidence differs from full only through log det P
+    gap = diag.log_marginal_likelihood() - full.log_marginal_likelihood()
+    torch.testing.assert_close(gap, -0.5 * (torch.logdet(P_diag) - torch.logdet(full.posterior_precision)))
+    J = jacobian(diag._f, diag.mean, X[:5])
+    torch.testing.assert_close(diag.functional_variance(J), J @ torch.linalg.inv(P_diag) @ J.mT)
+    # Hadamard: a diagonal never has a smaller determinant than the full SPD matrix it comes from
+    assert diag.log_det_posterior_precision >= full.log_det_posterior_precision
+
+
+def test_diag_samples_have_the_diagonal_covariance():
+    model, X, y = _regression()
+    la = Laplace(model, "regression", hessian_structure="diag", sigma_noise=0.3)
+    la.fit(_loader(X, y))
+    S = 40_000
+    s = la.sample(S, generator=torch.Generator().manual_seed(0))
+    var = la.posterior_variance
+    # 5 standard errors of a sample mean (√(var/S)) and of a sample variance (var·√(2/S))
+    assert ((s.mean(0) - la.mean).abs() < 5 * (var / S).sqrt()).all()
+    assert ((s.var(0) - var).abs() < 5 * var * (2 / S) ** 0.5).all()
+
+
+def test_last_layer_jacobian_closed_form_equals_autodiff():
+    model, X, _ = _regression()
+    f, theta, sizes = last_layer_functional(model)
+    assert sizes == [model[-1].weight.numel(), model[-1].bias.numel()]
+    with torch.no_grad():
+        phi = model[:-1](X)
+    torch.testing.assert_close(last_layer_jacobian(phi, 2), jacobian(f, theta, X), rtol=0, atol=0)
+    torch.testing.assert_close(f(theta, X), model(X))
+
+
+@pytest.mark.parametrize("structure", ["full", "diag"])
+@pytest.mark.parametrize("likelihood", PROBLEMS)
+def test_last_layer_laplace_is_the_last_layer_block_of_all_weights(likelihood, structure):
+    model, X, y = PROBLEMS[likelihood]()
+    kw = dict(sigma_noise=0.3) if likelihood == "regression" else {}
+    full = Laplace(model, likelihood, **kw)
+    ll = Laplace(model, likelihood, subset_of_weights="last_layer", hessian_structure=structure, **kw)
+    full.fit(_loader(X, y))
+    ll.fit(_loader(X, y))
+    n_ll = ll.n_params
+    assert n_ll == model[-1].weight.numel() + model[-1].bias.numel()
+    block = full.H[-n_ll:, -n_ll:]  # the last layer's parameters come last in both orders
+    torch.testing.assert_close(ll.H, block.diagonal() if structure == "diag" else block)
+    torch.testing.assert_close(ll.mean, full.mean[-n_ll:])
+    assert ll.log_marginal_likelihood().isfinite()
