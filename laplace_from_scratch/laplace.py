@@ -16,8 +16,10 @@ for the binary case.
 Argument names, conventions and return shapes follow laplace-torch 0.3, so either can be
 swapped for the other; unlike laplace-torch (whose defaults are ``last_layer`` and ``kron``),
 the defaults here are ``"all"`` and ``"full"``. Implemented: ``subset_of_weights`` in
-{``"all"``, ``"last_layer"``} × ``hessian_structure`` in {``"full"``, ``"diag"``}. With ``"diag"``
-H, the posterior precision and ``posterior_variance`` are (P,) vectors, as in laplace-torch.
+{``"all"``, ``"last_layer"``} × ``hessian_structure`` in {``"full"``, ``"diag"``, ``"kron"``}. With
+``"diag"`` H, the posterior precision and ``posterior_variance`` are (P,) vectors, as in laplace-torch;
+with ``"kron"`` H is a :class:`KronPosterior` (KFAC blocks, eigendecomposed) and the prior precision
+is a scalar or one value per parameter tensor.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -33,6 +35,7 @@ from torch.utils.data import DataLoader
 from .curvature import whitened_jacobians
 from .functional import last_layer_functional, make_functional
 from .jacobians import jacobian
+from .kron import KFAC, KronPosterior
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import (
@@ -83,7 +86,7 @@ class Laplace:
         _check_choice("hessian_structure", hessian_structure, STRUCTURES)
         if subset_of_weights not in ("all", "last_layer"):
             raise NotImplementedError(f"subset_of_weights={subset_of_weights!r} is not implemented yet")
-        if hessian_structure not in ("full", "diag"):
+        if hessian_structure not in ("full", "diag", "kron"):
             raise NotImplementedError(f"hessian_structure={hessian_structure!r} is not implemented yet")
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
@@ -158,6 +161,22 @@ class Laplace:
     def _diag(self) -> bool:
         return self.hessian_structure == "diag"
 
+    @property
+    def _kron(self) -> bool:
+        return self.hessian_structure == "kron"
+
+    @property
+    def _block_deltas(self) -> Tensor:
+        """The prior precision as one value per parameter tensor (KFAC block), (n_layers,)."""
+        p0 = self.prior_precision
+        if p0.numel() == 1:
+            return p0.reshape(()).expand(self.n_layers)
+        if p0.numel() != self.n_layers:
+            raise ValueError(
+                "hessian_structure='kron' needs a scalar or one prior precision per parameter tensor"
+            )
+        return p0.reshape(-1)
+
     # ----- fitting -------------------------------------------------------------------------
     def fit(self, train_loader: DataLoader) -> None:
         """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data.
@@ -168,7 +187,10 @@ class Laplace:
         self._f, self.mean, _ = self._make_functional()
         lik = get_likelihood(self.likelihood, 1.0)
         shape = (self.n_params,) if self._diag else (self.n_params, self.n_params)
-        H = torch.zeros(shape, dtype=self.mean.dtype, device=self.mean.device)
+        H = None if self._kron else torch.zeros(shape, dtype=self.mean.dtype, device=self.mean.device)
+        if self._kron:
+            last = self.subset_of_weights == "last_layer"
+            acc = KFAC(self.model[-1] if last else self.model, lik)
         loss = torch.zeros((), dtype=self.mean.dtype)
         blocks, n_data = [], 0
         for X, y in train_loader:
@@ -182,6 +204,13 @@ class Laplace:
                 loss += 0.5 * ((y - out) ** 2).sum()  # ½·SSE, the Gaussian NLL at σ = 1 without its constant
             else:
                 loss += lik.nll(out, y)  # Σ cross-entropy (also validates labels and output width)
+            if self._kron:
+                if last:
+                    with torch.no_grad():
+                        X = self.model[:-1](X)
+                acc.update(X)
+                n_data += X.shape[0]
+                continue
             Jw = whitened_jacobians(self._f, self.mean, X, lik)
             if self._diag:
                 H += (Jw**2).sum(0)  # the GGN's diagonal, as curvature.ggn_diagonal
@@ -195,6 +224,8 @@ class Laplace:
         keep = bool(blocks) and M < self.n_params and M * self.n_params <= MAX_DUAL_ENTRIES
         self._Jw = torch.cat(blocks) if keep else None
         self._eigen = None
+        if self._kron:
+            H = KronPosterior(acc.blocks())
         self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
 
     def _require_fit(self) -> Tensor:
@@ -213,6 +244,8 @@ class Laplace:
         H = self._require_fit()
         if self._diag:
             return self._H_factor * H + self.prior_precision_diag
+        if self._kron:  # dense block-diagonal: for checks on small P
+            return self._H_factor * H.to_matrix() + torch.diag(self.prior_precision_diag)
         return posterior_precision(H, self.sigma_noise, self.prior_precision_diag, self.temperature)
 
     @property
@@ -220,6 +253,8 @@ class Laplace:
         """The marginal variances diag(Σ), (P,)."""
         if self._diag:
             return 1 / self.posterior_precision
+        if self._kron:
+            return self.H.covariance_diag(self._block_deltas, self._H_factor)
         return self.posterior_covariance.diagonal()
 
     @property
@@ -227,6 +262,8 @@ class Laplace:
         """Σ = P⁻¹ (P, P), from the Cholesky factor of P (for ``"diag"``: the diagonal matrix)."""
         if self._diag:
             return torch.diag(self.posterior_variance)
+        if self._kron:  # dense: for checks on small P
+            return torch.linalg.inv(self.posterior_precision)
         return covariance_from_cholesky(cholesky(self.posterior_precision))
 
     def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
@@ -234,12 +271,16 @@ class Laplace:
         if self._diag:
             eps = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.mean.dtype)
             return self.mean + eps * self.posterior_variance.sqrt()
+        if self._kron:
+            return self.mean + self.H.sample(n_samples, self._block_deltas, self._H_factor, generator)
         return sample_from_cholesky(self.mean, cholesky(self.posterior_precision), n_samples, generator)
 
     def functional_variance(self, J: Tensor) -> Tensor:
         """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
         if self._diag:
             return torch.einsum("nkp,p,nlp->nkl", J, self.posterior_variance, J)
+        if self._kron:
+            return self.H.functional_variance(J, self._block_deltas, self._H_factor)
         return functional_variance(J, self.posterior_covariance)
 
     # ----- the evidence --------------------------------------------------------------------
@@ -276,7 +317,7 @@ class Laplace:
 
     def _use_eigen(self) -> bool:
         _check_choice("evidence_route", self.evidence_route, ("auto", "eigen", "cholesky"))
-        if self._diag:
+        if self._diag or self._kron:
             if self.evidence_route == "eigen":
                 raise ValueError("evidence_route='eigen' is for hessian_structure='full'")
             return False
@@ -290,6 +331,8 @@ class Laplace:
         """log det P: Σ log for diag; O(r) from the cached eigenvalues for a scalar prior; else Cholesky."""
         if self._diag:
             return self.posterior_precision.log().sum()
+        if self._kron:
+            return self.H.log_det(self._block_deltas, self._H_factor)
         if self._use_eigen():
             return self.eigen.log_det(self.prior_precision, self.sigma_noise, self.temperature)
         return log_det_from_cholesky(cholesky(self.posterior_precision))

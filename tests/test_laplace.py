@@ -135,7 +135,11 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(NotImplementedError, match="subnetwork"):
         Laplace(model, "regression", subset_of_weights="subnetwork")
     with pytest.raises(ValueError, match="nn.Linear"):
-        Laplace(torch.nn.Sequential(torch.nn.Linear(1, 2), torch.nn.Tanh()), "regression", subset_of_weights="last_layer")
+        Laplace(
+            torch.nn.Sequential(torch.nn.Linear(1, 2), torch.nn.Tanh()),
+            "regression",
+            subset_of_weights="last_layer",
+        )
     with pytest.raises(ValueError, match="sigma_noise"):
         Laplace(model, "regression", sigma_noise=-1.0)
     with pytest.raises(ValueError, match="sigma_noise"):
