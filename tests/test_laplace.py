@@ -130,8 +130,8 @@ def test_bad_input_raises_clear_errors():
         Laplace(model, "regression", hessian_structure="block")
     with pytest.raises(ValueError, match="subset_of_weights"):
         Laplace(model, "regression", subset_of_weights="first_layer")
-    with pytest.raises(NotImplementedError, match="kron"):
-        Laplace(model, "regression", hessian_structure="kron")
+    with pytest.raises(NotImplementedError, match="lowrank"):
+        Laplace(model, "regression", hessian_structure="lowrank")
     with pytest.raises(NotImplementedError, match="subnetwork"):
         Laplace(model, "regression", subset_of_weights="subnetwork")
     with pytest.raises(ValueError, match="nn.Linear"):
