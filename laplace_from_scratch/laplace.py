@@ -215,7 +215,7 @@ class Laplace:
             if self._diag:
                 H += (Jw**2).sum(0)  # the GGN's diagonal, as curvature.ggn_diagonal
             else:
-                H += Jw.T @ Jw
+                H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
                 blocks.append(Jw)
             n_data += X.shape[0]
         if n_data == 0:
