@@ -33,18 +33,10 @@ import threading
 import time
 from pathlib import Path
 
+from common import cpu_name  # benchmarks/common.py (the script's folder is on sys.path)
+
 STRUCTURES = [("all", "full"), ("all", "diag"), ("all", "kron"), ("last_layer", "full")]
 BACKENDS = ["curvlinops", "backpack", "asdl"]
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class RssPeak:

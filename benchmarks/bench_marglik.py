@@ -31,6 +31,7 @@ from pathlib import Path
 
 import laplace
 import torch
+from common import cpu_name  # benchmarks/common.py (the script's folder is on sys.path)
 from laplace.curvature import BackPackGGN, CurvlinopsGGN
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -45,16 +46,6 @@ def timed(fn):
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return out, time.perf_counter() - t0
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def run_size(width: int, device: str, lt_steps: int, full_steps_max_p: int) -> dict:

@@ -37,19 +37,24 @@ def plot_regression(
     return ax
 
 
-def plot_2d_data(ax: Axes, data: ClassificationData, title: str = "") -> Axes:
-    """Scatter a 2-D classification set, one colour per class."""
+def _scatter_classes(ax: Axes, data: ClassificationData, size: float, label: bool) -> None:
+    """One scatter per class, in the shared class colours."""
     for c in torch.unique(data.y).tolist():
         pts = data.X[data.y == c]
         ax.scatter(
             pts[:, 0],
             pts[:, 1],
-            s=14,
+            s=size,
             c=CLASS_COLOURS[c % len(CLASS_COLOURS)],
             edgecolors="k",
             linewidths=0.3,
-            label=f"class {c}",
+            label=f"class {c}" if label else None,
         )
+
+
+def plot_2d_data(ax: Axes, data: ClassificationData, title: str = "") -> Axes:
+    """Scatter a 2-D classification set, one colour per class."""
+    _scatter_classes(ax, data, size=14, label=True)
     ax.set(xlabel="$x_1$", ylabel="$x_2$", title=title, aspect="equal")
     ax.legend(loc="best", fontsize=8)
     return ax
@@ -105,16 +110,7 @@ def plot_contour(
     if colorbar:
         ax.figure.colorbar(cs, ax=ax, shrink=0.85)
     if data is not None:
-        for c in torch.unique(data.y).tolist():
-            pts = data.X[data.y == c]
-            ax.scatter(
-                pts[:, 0],
-                pts[:, 1],
-                s=8,
-                c=CLASS_COLOURS[c % len(CLASS_COLOURS)],
-                edgecolors="k",
-                linewidths=0.3,
-            )
+        _scatter_classes(ax, data, size=8, label=False)
     ax.set(xlabel="$x_1$", ylabel="$x_2$", title=title, aspect="equal")
     ax.set_xlim(float(X1.min()), float(X1.max()))
     ax.set_ylim(float(X2.min()), float(X2.max()))
