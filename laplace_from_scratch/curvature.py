@@ -66,6 +66,12 @@ def empirical_fisher(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelih
     return G.T @ G
 
 
+def symmetric_sqrt(Lam: Tensor) -> Tensor:
+    """Λ^½ of symmetric PSD matrices by eigendecomposition (negative rounding clamped to 0). (..., K, K)."""
+    lam, U = torch.linalg.eigh(Lam)
+    return (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
+
+
 def whitened_jacobians(
     f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size: int = 256
 ) -> Tensor:
@@ -74,8 +80,7 @@ def whitened_jacobians(
     for start in range(0, X.shape[0], batch_size):
         Xb = X[start : start + batch_size]
         with torch.no_grad():
-            lam, U = torch.linalg.eigh(likelihood.output_hessian(f(theta, Xb)))  # (n, K), (n, K, K)
-        sqrt_Lam = (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT  # symmetric square root
+            sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))  # (n, K, K)
         rows.append(torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb)).reshape(-1, theta.numel()))
     return torch.cat(rows)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .curvature import symmetric_sqrt
 from .likelihoods import Likelihood
 
 
@@ -46,11 +47,6 @@ class KronBlock:
 
     def to_matrix(self) -> Tensor:
         return self.B if self.A is None else torch.kron(self.B, self.A)
-
-
-def _symmetric_sqrt(Lam: Tensor) -> Tensor:
-    lam, U = torch.linalg.eigh(Lam)
-    return (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
 
 
 class KFAC:
@@ -78,14 +74,15 @@ class KFAC:
     def _hook(self, m: nn.Module, args: tuple, out: Tensor) -> None:
         self._inputs[m], self._outputs[m] = args[0].detach(), out
 
-    def update(self, X: Tensor) -> None:
+    def update(self, X: Tensor) -> Tensor:
+        """Add one batch (inputs X of ``model``) to the factors; return its outputs (n, K), detached."""
         handles = [m.register_forward_hook(self._hook) for m in self.linears]
         try:
             f = self.model(X)
         finally:
             for h in handles:
                 h.remove()
-        S = _symmetric_sqrt(self.likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
+        S = symmetric_sqrt(self.likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
         for m in self.linears:
             self.A[m] += self._inputs[m].T @ self._inputs[m]
         zs = [self._outputs[m] for m in self.linears]
@@ -97,6 +94,7 @@ class KFAC:
         self.n += X.shape[0]
         self._inputs.clear()
         self._outputs.clear()
+        return f.detach()
 
     def blocks(self) -> list[KronBlock]:
         """One block per parameter tensor, in the order of ``model.parameters()``."""

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from .curvature import whitened_jacobians
+from .curvature import ggn_diagonal, whitened_jacobians
 from .functional import last_layer_functional, make_functional
 from .jacobians import jacobian
 from .kron import KFAC, KronPosterior
@@ -194,8 +194,14 @@ class Laplace:
         loss = torch.zeros((), dtype=self.mean.dtype)
         blocks, n_data = [], 0
         for X, y in train_loader:
-            with torch.no_grad():
-                out = self._f(self.mean, X)
+            if self._kron:  # KFAC's own forward pass gives the outputs
+                if last:
+                    with torch.no_grad():
+                        X = self.model[:-1](X)
+                out = acc.update(X)
+            else:
+                with torch.no_grad():
+                    out = self._f(self.mean, X)
             if self.likelihood == "regression":
                 if y.shape != out.shape:
                     raise ValueError(
@@ -204,20 +210,13 @@ class Laplace:
                 loss += 0.5 * ((y - out) ** 2).sum()  # ½·SSE, the Gaussian NLL at σ = 1 without its constant
             else:
                 loss += lik.nll(out, y)  # Σ cross-entropy (also validates labels and output width)
-            if self._kron:
-                if last:
-                    with torch.no_grad():
-                        X = self.model[:-1](X)
-                acc.update(X)
-                n_data += X.shape[0]
-                continue
-            Jw = whitened_jacobians(self._f, self.mean, X, lik)
+            n_data += X.shape[0]
             if self._diag:
-                H += (Jw**2).sum(0)  # the GGN's diagonal, as curvature.ggn_diagonal
-            else:
+                H += ggn_diagonal(self._f, self.mean, X, lik)
+            elif not self._kron:
+                Jw = whitened_jacobians(self._f, self.mean, X, lik)
                 H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
                 blocks.append(Jw)
-            n_data += X.shape[0]
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         M = sum(b.shape[0] for b in blocks)

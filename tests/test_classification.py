@@ -10,8 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import mlp
-from torch import nn
+from conftest import PinnedZeroLogit, mlp
 from torch.func import hessian
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -31,18 +30,6 @@ from laplace_from_scratch import (
 )
 
 D = torch.float64
-
-
-class PinnedZeroLogit(nn.Module):
-    """[0, f(x)]: a one-logit network as a two-class softmax network with the same parameters."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        f = self.model(x)
-        return torch.cat([torch.zeros_like(f), f], dim=-1)
 
 
 def _loader(X, y, batch_size=50):

@@ -8,7 +8,7 @@ exact GGN: curvlinops (the default), BackPACK and ASDL.
 
 import pytest
 import torch
-from conftest import mlp
+from conftest import PinnedZeroLogit, mlp
 from torch.utils.data import DataLoader, TensorDataset
 
 from laplace_from_scratch import (
@@ -153,16 +153,6 @@ def test_optimize_prior_precision_reaches_laplace_torch_delta(likelihood):
 # cross-entropy, same GGN (Λ's pinned row and column meet zero Jacobian rows), and its probit on
 # [0, f] with f_var = diag(0, v) is σ(f/√(1 + πv/8)). So laplace-torch on the pinned network is the
 # reference for our 'binary_classification' on the one-logit network.
-
-
-class PinnedZeroLogit(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        f = self.model(x)
-        return torch.cat([torch.zeros_like(f), f], dim=-1)
 
 
 def _binary_problem():
