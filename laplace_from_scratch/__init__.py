@@ -4,12 +4,12 @@ One file per idea; see the notebooks for the story.
 """
 
 from .curvature import empirical_fisher, exact_hessian, ggn, ggn_from_jacobians, residual_term
-from .data import sinusoid, toy_linear, toy_multiclass, toy_nonlinear
+from .data import ImageData, image_data, sinusoid, toy_linear, toy_multiclass, toy_nonlinear
 from .functional import flatten_params, make_functional, unflatten_params, vector_to_model
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
-from .models import mlp
+from .models import cnn, mlp
 from .posterior import (
     EigenPosterior,
     cholesky,
@@ -43,6 +43,9 @@ from .training import (
 )
 
 __all__ = [
+    "ImageData",
+    "image_data",
+    "cnn",
     "Bernoulli",
     "Categorical",
     "EigenPosterior",

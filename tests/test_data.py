@@ -41,3 +41,41 @@ def test_toy_multiclass_blobs_sit_on_the_circle():
         assert (pts.mean(0) - centre).abs().max() < 5 * 0.8 / 750**0.5
         assert (pts.std(0) - 0.8).abs().max() < 0.08
     torch.testing.assert_close(toy_multiclass(n=3000, n_classes=4).X, d.X, rtol=0, atol=0)
+
+
+def test_image_data_splits_scales_and_is_deterministic():
+    from laplace_from_scratch import image_data
+
+    d = image_data("digits", n_train=1000, n_test=300)
+    assert d.X_train.shape == (1000, 1, 8, 8) and d.X_test.shape == (300, 1, 8, 8)
+    assert d.y_train.dtype == torch.int64 and d.n_classes == 10
+    assert d.X_train.min() == 0 and d.X_train.max() == 1
+    torch.testing.assert_close(image_data("digits", 1000, 300).X_test, d.X_test, rtol=0, atol=0)
+    full = image_data("digits")  # 70 / 30 split of all 1797, disjoint
+    assert len(full.y_train) + len(full.y_test) == 1797
+    rows = {tuple(x.flatten().tolist()) for x in full.X_train}
+    # load_digits holds a few duplicate images, so a handful may appear on both sides
+    assert sum(tuple(x.flatten().tolist()) in rows for x in full.X_test) < 10
+    m = image_data("mnist", n_train=50, n_test=10)
+    assert m.X_train.shape == (50, 1, 28, 28) and 0 <= m.X_train.min() and m.X_train.max() <= 1
+
+
+def test_image_data_rejects_bad_arguments():
+    import pytest
+
+    from laplace_from_scratch import image_data
+
+    with pytest.raises(ValueError, match="name must be one of"):
+        image_data("cifar")
+    with pytest.raises(ValueError, match="n_train"):
+        image_data("digits", n_train=1700, n_test=200)
+
+
+def test_cnn_shapes_and_parameter_count():
+    from laplace_from_scratch import cnn
+
+    model = cnn(image_size=8)
+    assert isinstance(model[-1], torch.nn.Linear)
+    assert model(torch.zeros(5, 1, 8, 8)).shape == (5, 10)
+    assert sum(p.numel() for p in model.parameters()) == 1898
+    assert sum(p.numel() for p in cnn(image_size=28).parameters()) == 9098
