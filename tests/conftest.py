@@ -1,5 +1,6 @@
 import pytest
 import torch
+from parity import PinnedZeroLogit  # noqa: F401  (benchmarks/parity.py; tests import it from here)
 
 import laplace_from_scratch as lfs
 
@@ -12,19 +13,3 @@ def _seed():
 def mlp(d_in: int, d_out: int, width: int = 8, depth: int = 2, dtype=torch.float64):
     """Test-sized tanh MLPs in float64: ``lfs.mlp`` initialised from the current random state."""
     return lfs.mlp(d_in, d_out, width=width, depth=depth, seed=None, dtype=dtype)
-
-
-class PinnedZeroLogit(torch.nn.Module):
-    """[0, f(x)]: a one-logit network as a two-class softmax network with the same parameters.
-
-    laplace-torch 0.3 has no one-logit likelihood; its 'classification' on this network is the
-    reference for our 'binary_classification' on ``model``.
-    """
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        f = self.model(x)
-        return torch.cat([torch.zeros_like(f), f], dim=-1)
