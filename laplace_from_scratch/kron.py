@@ -1,4 +1,4 @@
-"""KFAC: a block-diagonal GGN with each Linear layer's weight block a Kronecker product.
+"""KFAC: a block-diagonal GGN with each layer's weight block a Kronecker product.
 
 For a Linear layer z = W a + b inside the network, the GGN block of W is
 
@@ -18,9 +18,26 @@ does not matter. With eigendecompositions B = Q_B diag(λ_B) Q_Bᵀ and A = Q_A 
 so log-determinants, inverses, square roots and J Σ Jᵀ cost O(out³ + in³) per layer, and a new
 prior precision δ (scalar or one per parameter tensor) only changes the diagonal.
 
-Vectorisation: W (out, in) flattens row-major, so entry (o, i) is index o·in + i, matching B ⊗ A.
+Conv2d (groups = 1). At each of the T output positions t the layer is a Linear layer on the
+unfolded input patch: zₙₜ = W uₙₜ + b, with W (out, in·kh·kw) = the weight (out, in, kh, kw)
+flattened row-major, uₙₜ (in·kh·kw) = ``F.unfold(x)[n, :, t]`` (same (in, kh, kw) order, zero
+padding included) and zₙₜ = the output z[n, :, i, j] at t = (i, j). The exact block is then
+Σₙ Σₜₜ' (Jzₙₜᵀ Λₙ Jzₙₜ') ⊗ (uₙₜ uₙₜ'ᵀ). Like laplace-torch's default backend (curvlinops'
+KFAC-"expand", Eschenhagen et al. 2023), we treat the N·T (example, position) pairs as independent
+inputs of a Linear layer sharing W:
 
-Shapes: N examples, K outputs, P parameters.
+    B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ  (out, out),     A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ  (in·kh·kw, in·kh·kw),
+
+i.e. B sums over positions while A averages over them (curvlinops divides its patch covariance by
+the batch size times T, and laplace-torch rescales each batch's A by batch size / N). The bias
+block is B alone; weight and bias come in ``parameters()`` order (weight first), as in
+laplace-torch. With T = 1 (a kernel covering the whole, unpadded input) this is exactly the KFAC
+of the equivalent Linear layer.
+
+Vectorisation: W (out, in) — or a Conv2d weight (out, in, kh, kw) — flattens row-major, so entry
+(o, i) is index o·in + i, matching B ⊗ A.
+
+Shapes: N examples, K outputs, P parameters, T output positions of a Conv2d.
 """
 
 from __future__ import annotations
@@ -29,6 +46,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from .curvature import symmetric_sqrt
 from .likelihoods import Likelihood
@@ -49,24 +67,41 @@ class KronBlock:
         return self.B if self.A is None else torch.kron(self.B, self.A)
 
 
+def _conv_padding(m: nn.Conv2d) -> tuple[int, int]:
+    """The Conv2d's zero padding as integers (``"same"`` only where it pads both sides equally)."""
+    if m.groups != 1 or m.padding_mode != "zeros":
+        raise NotImplementedError("hessian_structure='kron' supports Conv2d with groups=1 and zero padding")
+    if m.padding == "valid":
+        return (0, 0)
+    if m.padding == "same":
+        total = [d * (k - 1) for d, k in zip(m.dilation, m.kernel_size, strict=True)]
+        if any(t % 2 for t in total):
+            raise NotImplementedError("hessian_structure='kron' needs padding='same' to be symmetric")
+        return (total[0] // 2, total[1] // 2)
+    return m.padding
+
+
 class KFAC:
     """Accumulates the KFAC factors over batches: ``update(X)`` per batch, then ``blocks()``.
 
-    Every parameter of ``model`` must belong to an ``nn.Linear``. B is summed and A averaged over
-    all inputs seen. Cost: K backward passes per batch.
+    Every parameter of ``model`` must belong to an ``nn.Linear`` or an ``nn.Conv2d``. B is summed
+    and A averaged over all inputs seen (and, for Conv2d, over output positions). Cost: K backward
+    passes per batch.
     """
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
         self.model, self.likelihood = model, likelihood
-        self.linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-        owned = {id(p) for m in self.linears for p in m.parameters()}
+        self.layers = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+        owned = {id(p) for m in self.layers for p in m.parameters()}
         if any(id(p) not in owned for p in model.parameters() if p.requires_grad):
             raise ValueError(
-                "hessian_structure='kron' supports networks whose parameters all belong to nn.Linear layers"
+                "hessian_structure='kron' supports networks whose parameters all belong to "
+                "nn.Linear or nn.Conv2d layers"
             )
-        p0 = next(model.parameters())
-        self.B = {m: p0.new_zeros(m.out_features, m.out_features) for m in self.linears}
-        self.A = {m: p0.new_zeros(m.in_features, m.in_features) for m in self.linears}  # Σ a aᵀ
+        self.padding = {m: _conv_padding(m) for m in self.layers if isinstance(m, nn.Conv2d)}
+        # weight (out, in) or (out, in, kh, kw): B is out × out, A is in × in or in·kh·kw × in·kh·kw
+        self.B = {m: m.weight.new_zeros(m.weight.shape[0], m.weight.shape[0]) for m in self.layers}
+        self.A = {m: m.weight.new_zeros(m.weight[0].numel(), m.weight[0].numel()) for m in self.layers}
         self.n = 0
         self._inputs: dict[nn.Module, Tensor] = {}
         self._outputs: dict[nn.Module, Tensor] = {}
@@ -74,22 +109,30 @@ class KFAC:
     def _hook(self, m: nn.Module, args: tuple, out: Tensor) -> None:
         self._inputs[m], self._outputs[m] = args[0].detach(), out
 
+    def _input_outer(self, m: nn.Module, x: Tensor) -> Tensor:
+        """Σₙ aₙ aₙᵀ for a Linear layer; (1/T) Σₙ Σₜ uₙₜ uₙₜᵀ over the unfolded patches for a Conv2d."""
+        if isinstance(m, nn.Linear):
+            return x.T @ x
+        U = F.unfold(x, m.kernel_size, dilation=m.dilation, padding=self.padding[m], stride=m.stride)
+        return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]  # U: (n, in·kh·kw, T)
+
     def update(self, X: Tensor) -> Tensor:
         """Add one batch (inputs X of ``model``) to the factors; return its outputs (n, K), detached."""
-        handles = [m.register_forward_hook(self._hook) for m in self.linears]
+        handles = [m.register_forward_hook(self._hook) for m in self.layers]
         try:
             f = self.model(X)
         finally:
             for h in handles:
                 h.remove()
         S = symmetric_sqrt(self.likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
-        for m in self.linears:
-            self.A[m] += self._inputs[m].T @ self._inputs[m]
-        zs = [self._outputs[m] for m in self.linears]
+        for m in self.layers:
+            self.A[m] += self._input_outer(m, self._inputs[m])
+        zs = [self._outputs[m] for m in self.layers]
         for c in range(f.shape[1]):
-            # row n of g: Jzₙᵀ sₙ꜀, the c-th column of Λₙ^½ pulled back to the layer's output
+            # row n (and position t) of g: Jzₙₜᵀ sₙ꜀, the c-th column of Λₙ^½ pulled back to the output
             grads = torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < f.shape[1] - 1)
-            for m, g in zip(self.linears, grads, strict=True):
+            for m, g in zip(self.layers, grads, strict=True):
+                g = g.movedim(1, -1).reshape(-1, g.shape[1])  # Conv2d: (n, out, h, w) → (n·h·w, out)
                 self.B[m] += g.T @ g
         self.n += X.shape[0]
         self._inputs.clear()
@@ -99,7 +142,7 @@ class KFAC:
     def blocks(self) -> list[KronBlock]:
         """One block per parameter tensor, in the order of ``model.parameters()``."""
         out: list[KronBlock] = []
-        for m in self.linears:
+        for m in self.layers:
             for name, p in m.named_parameters(recurse=False):
                 if p.requires_grad:
                     out.append(
