@@ -9,6 +9,7 @@ from .functional import flatten_params, make_functional, unflatten_params, vecto
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
+from .metrics import accuracy, auroc, brier, calibration_curve, ece, nll, ood_auroc, ood_score
 from .models import cnn, mlp
 from .posterior import (
     EigenPosterior,
@@ -32,6 +33,7 @@ from .predictive import (
     probit_binary,
     two_class,
 )
+from .shift import fgsm, invert, noise_images, rotate
 from .training import (
     fit_map,
     map_objective,
@@ -43,6 +45,18 @@ from .training import (
 )
 
 __all__ = [
+    "accuracy",
+    "auroc",
+    "brier",
+    "calibration_curve",
+    "ece",
+    "nll",
+    "ood_auroc",
+    "ood_score",
+    "fgsm",
+    "invert",
+    "noise_images",
+    "rotate",
     "ImageData",
     "image_data",
     "cnn",

@@ -120,3 +120,31 @@ def plot_contour(
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 4.5, height: float = 3.2, **kw):
     """``plt.subplots`` sized per panel, with constrained layout."""
     return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained", **kw)
+
+
+def plot_reliability(
+    ax: Axes,
+    probs: Tensor,
+    y: Tensor,
+    n_bins: int = 15,
+    label: str | None = None,
+    color: str | None = None,
+) -> float:
+    """Reliability diagram: accuracy against mean confidence in each non-empty bin of
+    :func:`~laplace_from_scratch.metrics.calibration_curve`, as a line with markers, and the diagonal
+    (perfect calibration) once per axes. probs: (N, C), y: (N,). Returns the ECE, shown in the legend.
+
+    Call it again on the same ``ax`` to overlay several predictives.
+    """
+    from .metrics import calibration_curve, ece
+
+    conf, acc, count = calibration_curve(probs.detach(), y, n_bins)
+    error = ece(probs.detach(), y, n_bins)
+    if not any(line.get_gid() == "reliability-diagonal" for line in ax.lines):
+        ax.plot([0, 1], [0, 1], ls="--", c="0.5", lw=1, gid="reliability-diagonal")
+    full = count > 0
+    text = f"ECE {error:.3f}" if label is None else f"{label} (ECE {error:.3f})"
+    ax.plot(conf[full], acc[full], marker="o", ms=4, color=color, label=text)
+    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1), aspect="equal")
+    ax.legend(loc="upper left", fontsize=8)
+    return error
