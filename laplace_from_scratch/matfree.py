@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.func import jvp, vjp
+from torch.func import jvp, vjp, vmap
 
 from .functional import Functional
 from .likelihoods import Likelihood
@@ -31,7 +31,12 @@ MatVec = Callable[[Tensor], Tensor]
 def ggn_vector_product(
     f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, v: Tensor, batch_size: int = 1024
 ) -> Tensor:
-    """G v = Σₙ Jₙᵀ Λₙ Jₙ v by one JVP and one VJP per batch, without forming J or G. v: (P,) → (P,)."""
+    """G v = Σₙ Jₙᵀ Λₙ Jₙ v by one JVP and one VJP per batch, without forming J or G.
+
+    v: (P,) → (P,), or (P, R) → (P, R) for R vectors at once (``torch.func.vmap`` over the columns).
+    """
+    if v.ndim == 2:
+        return vmap(lambda c: ggn_vector_product(f, theta, X, likelihood, c, batch_size), 1, 1)(v)
     out = torch.zeros_like(theta)
     for start in range(0, X.shape[0], batch_size):
         Xb = X[start : start + batch_size]
@@ -42,7 +47,7 @@ def ggn_vector_product(
         f0, Jv = jvp(fb, (theta,), (v,))  # (n, K), (n, K)
         LJv = torch.einsum("nkl,nl->nk", likelihood.output_hessian(f0.detach()), Jv)
         _, pullback = vjp(fb, theta)
-        out += pullback(LJv)[0]
+        out = out + pullback(LJv)[0]  # not in place: under vmap the sum becomes batched
     return out
 
 
@@ -54,29 +59,38 @@ def posterior_precision_matvec(
     prior_precision: Tensor,
     factor: float | Tensor = 1.0,
 ) -> MatVec:
-    """v ↦ P v = factor·G v + p₀ ⊙ v, factor = 1/(σ²T); p₀ scalar or (P,)."""
-    return lambda v: factor * ggn_vector_product(f, theta, X, likelihood, v) + prior_precision * v
+    """v ↦ P v = factor·G v + p₀ ⊙ v, factor = 1/(σ²T); p₀ scalar or (P,). v: (P,) or (P, R)."""
+
+    def matvec(v: Tensor) -> Tensor:
+        p0 = prior_precision if v.ndim == 1 or prior_precision.ndim == 0 else prior_precision[:, None]
+        return factor * ggn_vector_product(f, theta, X, likelihood, v) + p0 * v
+
+    return matvec
 
 
 def conjugate_gradient(
     matvec: MatVec, b: Tensor, tol: float = 1e-10, max_iter: int | None = None
 ) -> tuple[Tensor, int]:
-    """Solve A x = b for SPD A given only v ↦ A v. Stops at ‖r‖ ≤ tol·‖b‖. Returns (x, iterations)."""
-    max_iter = max_iter or 10 * b.numel()
+    """Solve A x = b for SPD A given only v ↦ A v. b: (P,), or (P, R) for R independent solves that
+    share each product A [p₁ … p_R] (``matvec`` must accept (P, R) then). A column stops at
+    ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
+    max_iter = max_iter or 10 * b.shape[0]
     x = torch.zeros_like(b)
     r = b.clone()
     p = r.clone()
-    rr = r @ r
-    stop = (tol * b.norm()) ** 2
+    rr = (r * r).sum(0)
+    stop = (tol * b.norm(dim=0)) ** 2
     for i in range(max_iter):
-        if rr <= stop:
+        active = rr > stop
+        if not active.any():
             return x, i
         Ap = matvec(p)
-        alpha = rr / (p @ Ap)
+        # converged columns take no step (their α is 0), so nothing divides 0 by 0
+        alpha = torch.where(active, rr / torch.where(active, (p * Ap).sum(0), 1), 0)
         x = x + alpha * p
         r = r - alpha * Ap
-        rr_new = r @ r
-        p = r + (rr_new / rr) * p
+        rr_new = (r * r).sum(0)
+        p = r + torch.where(active, rr_new / torch.where(active, rr, 1), 0) * p
         rr = rr_new
     return x, max_iter
 
@@ -122,15 +136,17 @@ def slq_log_det(
     m: int = 30,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """log det A by stochastic Lanczos quadrature with Rademacher probes.
+    """log det A by stochastic Lanczos quadrature with Rademacher probes (drawn on the CPU by
+    ``generator``, then moved to ``device``).
 
     Returns (estimate, standard error over the probes).
     """
     dtype = dtype or torch.get_default_dtype()
     values = []
     for _ in range(n_probes):
-        z = torch.randint(0, 2, (n_params,), generator=generator).to(dtype) * 2 - 1
+        z = torch.randint(0, 2, (n_params,), generator=generator).to(device=device, dtype=dtype) * 2 - 1
         T, _ = lanczos(matvec, z, m)
         theta, U = torch.linalg.eigh(T)
         values.append(n_params * (U[0] ** 2 * theta.log()).sum())  # ‖z‖² = P
@@ -149,13 +165,15 @@ def sample_matrix_free(
     matvec: MatVec, mean: Tensor, n_samples: int, m: int = 50, generator: torch.Generator | None = None
 ) -> Tensor:
     """θ = θ* + P^{-½} ε with ε ~ N(0, I), by Lanczos; (S, P). Covariance → P⁻¹ as m grows."""
-    eps = torch.randn(n_samples, mean.numel(), generator=generator, dtype=mean.dtype)
+    eps = torch.randn(n_samples, mean.numel(), generator=generator, dtype=mean.dtype).to(mean.device)
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
 
-def functional_variance_cg(matvec: MatVec, J: Tensor, tol: float = 1e-10) -> Tensor:
-    """J P⁻¹ Jᵀ per input by one CG solve per row of J. J: (N, K, P) → (N, K, K)."""
+def functional_variance_cg(
+    matvec: MatVec, J: Tensor, tol: float = 1e-10, max_iter: int | None = None
+) -> Tensor:
+    """J P⁻¹ Jᵀ per input by CG, all N·K rows of J solved together (``matvec`` takes (P, N·K)).
+    J: (N, K, P) → (N, K, K)."""
     N, K, P = J.shape
-    rows = J.reshape(N * K, P)
-    solves = torch.stack([conjugate_gradient(matvec, r, tol)[0] for r in rows]).reshape(N, K, P)
+    solves = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)[0].T.reshape(N, K, P)
     return torch.einsum("nkp,nlp->nkl", J, solves)

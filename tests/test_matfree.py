@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import mlp
 
-from laplace_from_scratch import Categorical, Gaussian, ggn, make_functional, sinusoid
+from laplace_from_scratch import Categorical, Gaussian, ggn, make_functional, sinusoid, toy_multiclass
 from laplace_from_scratch.jacobians import jacobian
 from laplace_from_scratch.matfree import (
     conjugate_gradient,
@@ -90,3 +90,20 @@ def test_matrix_free_laplace_equals_dense_laplace():
     eps = torch.randn(3, theta.numel(), generator=torch.Generator().manual_seed(0), dtype=D)
     lam, U = torch.linalg.eigh(Pmat)
     torch.testing.assert_close(s, theta + (eps @ U / lam.sqrt()) @ U.T, rtol=1e-6, atol=1e-8)
+
+
+def test_batched_matvec_and_cg_equal_column_by_column():
+    """(P, R) inputs: the vmapped GGN products and the column-wise CG equal R separate calls."""
+    torch.manual_seed(0)
+    d = toy_multiclass(n=60, dtype=torch.float64)
+    f, theta = make_functional(mlp(2, 3, width=6))
+    lik = Categorical()
+    delta = torch.tensor(0.7, dtype=torch.float64)
+    mv = posterior_precision_matvec(f, theta, d.X, lik, delta)
+    V = torch.randn(theta.numel(), 5, dtype=torch.float64)
+    cols = torch.stack([mv(v) for v in V.T], 1)
+    torch.testing.assert_close(mv(V), cols, rtol=1e-12, atol=1e-12)
+    X, it = conjugate_gradient(mv, V, tol=1e-12)
+    dense = ggn(f, theta, d.X, lik) + delta * torch.eye(theta.numel(), dtype=torch.float64)
+    torch.testing.assert_close(X, torch.linalg.solve(dense, V), rtol=1e-8, atol=1e-10)
+    assert it < theta.numel() + 20

