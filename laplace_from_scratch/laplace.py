@@ -106,6 +106,7 @@ class Laplace:
         self.evidence_route = "auto"  # "auto" | "eigen" | "cholesky"
         self._Jw: Tensor | None = None
         self._eigen: EigenPosterior | None = None
+        self._tuning = False  # inside optimize_hyperparameters (the auto evidence route prefers eigen)
         self.n_data = 0
         self.n_outputs = 0
 
@@ -323,7 +324,12 @@ class Laplace:
         scalar = self.prior_precision.numel() == 1
         if self.evidence_route == "eigen" and not scalar:
             raise ValueError("evidence_route='eigen' needs a scalar prior_precision")
-        return self.evidence_route == "eigen" or (self.evidence_route == "auto" and scalar)
+        if self.evidence_route != "auto":
+            return self.evidence_route == "eigen"
+        # auto: the eigen route costs one eigendecomposition (≈ 10× a Cholesky of P) and then O(P) per δ;
+        # take it for a scalar prior when it is cheap (the N×N dual, N·K < P), already paid for, or about
+        # to be re-used by a δ search. A single evaluation at large P takes one Cholesky instead.
+        return scalar and (self._Jw is not None or self._eigen is not None or self._tuning)
 
     @property
     def log_det_posterior_precision(self) -> Tensor:
@@ -414,7 +420,13 @@ class Laplace:
             if self.likelihood != "regression":
                 raise ValueError("sigma_noise can only be tuned for regression")
             init["sigma_noise"] = self.sigma_noise.clone()
-        best, history = maximize_on_logs(lambda **kw: self.log_marginal_likelihood(**kw), init, n_steps, lr)
+        self._tuning = True
+        try:
+            best, history = maximize_on_logs(
+                lambda **kw: self.log_marginal_likelihood(**kw), init, n_steps, lr
+            )
+        finally:
+            self._tuning = False
         for name, value in best.items():
             setattr(self, name, value)
         return history

@@ -136,3 +136,20 @@ def test_gridsearch_picks_the_best_validation_density_on_its_grid():
     la_c.fit(DataLoader(TensorDataset(torch.zeros(3, 2, dtype=D), torch.tensor([0, 1, 1])), batch_size=3))
     with pytest.raises(ValueError, match="regression"):
         la_c.optimize_hyperparameters()
+
+
+def test_auto_route_takes_cholesky_for_one_evaluation_without_the_dual_and_eigen_while_tuning():
+    la = _regression_la(n=200, width=5)  # P = 46 < N·K = 200: no dual, so one evaluation uses Cholesky
+    assert la._Jw is None and not la._use_eigen()
+    routes = []
+    eig = la.log_marginal_likelihood
+
+    def spy(*a, **kw):
+        routes.append(la._use_eigen())
+        return eig(*a, **kw)
+
+    la.log_marginal_likelihood = spy
+    la.optimize_prior_precision(n_steps=3)
+    assert routes and all(routes)  # eigen during the search
+    assert la._use_eigen()  # and afterwards, now that it is paid for
+    assert la._eigen is not None
