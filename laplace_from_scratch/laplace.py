@@ -48,7 +48,6 @@ from .posterior import (
     sample_from_cholesky,
 )
 from .predictive import (
-    functional_variance,
     laplace_bridge,
     linearized_samples,
     mc_sigmoid,
@@ -107,6 +106,7 @@ class Laplace:
         self._Jw: Tensor | None = None
         self._eigen: EigenPosterior | None = None
         self._tuning = False  # inside optimize_hyperparameters (the auto evidence route prefers eigen)
+        self._chol: tuple[Tensor, Tensor] | None = None  # (key, Cholesky factor of P) for predictions
         self.n_data = 0
         self.n_outputs = 0
 
@@ -223,7 +223,7 @@ class Laplace:
         M = sum(b.shape[0] for b in blocks)
         keep = bool(blocks) and M < self.n_params and M * self.n_params <= MAX_DUAL_ENTRIES
         self._Jw = torch.cat(blocks) if keep else None
-        self._eigen = None
+        self._eigen = self._chol = None
         if self._kron:
             H = KronPosterior(acc.blocks())
         self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
@@ -264,7 +264,17 @@ class Laplace:
             return torch.diag(self.posterior_variance)
         if self._kron:  # dense: for checks on small P
             return torch.linalg.inv(self.posterior_precision)
-        return covariance_from_cholesky(cholesky(self.posterior_precision))
+        return covariance_from_cholesky(self._prediction_cholesky())
+
+    def _prediction_cholesky(self) -> Tensor:
+        """The Cholesky factor L of P (full), without autograd, cached until δ, σ, T or H change:
+        predicting batch after batch costs one factorisation, not one per batch."""
+        with torch.no_grad():
+            factor = torch.as_tensor(self._H_factor, dtype=self.mean.dtype, device=self.mean.device)
+            key = torch.cat([self.prior_precision_diag.flatten(), factor.reshape(1)])
+            if self._chol is None or self._chol[0].shape != key.shape or not torch.equal(self._chol[0], key):
+                self._chol = (key.clone(), cholesky(self.posterior_precision))
+        return self._chol[1]
 
     def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
         """θ ~ N(θ*, P⁻¹), (S, P)."""
@@ -273,7 +283,7 @@ class Laplace:
             return self.mean + eps * self.posterior_variance.sqrt()
         if self._kron:
             return self.mean + self.H.sample(n_samples, self._block_deltas, self._H_factor, generator)
-        return sample_from_cholesky(self.mean, cholesky(self.posterior_precision), n_samples, generator)
+        return sample_from_cholesky(self.mean, self._prediction_cholesky(), n_samples, generator)
 
     def functional_variance(self, J: Tensor) -> Tensor:
         """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
@@ -281,7 +291,11 @@ class Laplace:
             return torch.einsum("nkp,p,nlp->nkl", J, self.posterior_variance, J)
         if self._kron:
             return self.H.functional_variance(J, self._block_deltas, self._H_factor)
-        return functional_variance(J, self.posterior_covariance)
+        # J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ: N·K·P² for the solve instead of P³ for Σ
+        N, K, P = J.shape
+        V = torch.linalg.solve_triangular(self._prediction_cholesky(), J.reshape(N * K, P).T, upper=False)
+        V = V.T.reshape(N, K, P)
+        return V @ V.mT
 
     # ----- the evidence --------------------------------------------------------------------
     @property

@@ -200,3 +200,24 @@ def test_bayesian_linear_regression_evidence_optimum_is_the_exact_one():
     la.fit(_loader(X, y))
     la.optimize_prior_precision(n_steps=1000, lr=0.05)
     assert la.prior_precision.item() == pytest.approx(best, rel=1e-4)
+
+
+def test_prediction_cholesky_is_cached_and_follows_delta_sigma_and_refits():
+    """f_var uses a cached factor of P: it must be the same as J Σ Jᵀ with a fresh Σ after every change."""
+    la, d = _mlp_laplace()
+    Xq = torch.linspace(-5, 15, 7, dtype=torch.float64).unsqueeze(-1)
+
+    def fresh():
+        from laplace_from_scratch import functional_variance, jacobian
+
+        Sigma = torch.linalg.inv(la.posterior_precision)
+        return functional_variance(jacobian(la._f, la.mean, Xq), Sigma)
+
+    for change in [None, ("prior_precision", 3.0), ("sigma_noise", 0.5), ("prior_precision", torch.tensor(0.2))]:
+        if change:
+            setattr(la, *change)
+        torch.testing.assert_close(la(Xq)[1], fresh(), rtol=1e-8, atol=1e-12)
+    assert la._chol is not None
+    la.fit(_loader(d.X_train[:40], d.y_train[:40]))  # a refit drops the cache
+    assert la._chol is None
+    torch.testing.assert_close(la(Xq)[1], fresh(), rtol=1e-8, atol=1e-12)
