@@ -213,7 +213,12 @@ def test_prediction_cholesky_is_cached_and_follows_delta_sigma_and_refits():
         Sigma = torch.linalg.inv(la.posterior_precision)
         return functional_variance(jacobian(la._f, la.mean, Xq), Sigma)
 
-    for change in [None, ("prior_precision", 3.0), ("sigma_noise", 0.5), ("prior_precision", torch.tensor(0.2))]:
+    for change in [
+        None,
+        ("prior_precision", 3.0),
+        ("sigma_noise", 0.5),
+        ("prior_precision", torch.tensor(0.2)),
+    ]:
         if change:
             setattr(la, *change)
         torch.testing.assert_close(la(Xq)[1], fresh(), rtol=1e-8, atol=1e-12)
