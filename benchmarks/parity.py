@@ -1,8 +1,8 @@
 """The parity matrix: our Laplace against laplace-torch 0.3 on the same trained network, float64.
 
-For each task in {regression, binary, multiclass} and each (subset of weights, Hessian structure) in
-{all, last layer} × {full, diag, kron}, :func:`parity_cell` fits both libraries on the same data and
-network and returns the relative differences of
+For each task in {regression, binary, multiclass, digits-cnn} and each (subset of weights, Hessian
+structure) in {all, last layer} × {full, diag, kron}, :func:`parity_cell` fits both libraries on the
+same data and network and returns the relative differences of
 
 * ``H``: the curvature (dense for kron: only the Kronecker products enter the posterior),
 * ``evidence``: the log marginal likelihood at a fixed δ,
@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
 
-TASKS = ("regression", "binary", "multiclass")
+TASKS = ("regression", "binary", "multiclass", "digits-cnn")
 CELLS = (
     ("all", "full"),
     ("all", "diag"),
@@ -48,6 +48,7 @@ OUR_LIKELIHOOD = {
     "regression": "regression",
     "binary": "binary_classification",
     "multiclass": "classification",
+    "digits-cnn": "classification",
 }
 
 
@@ -99,6 +100,14 @@ def problem(task: str) -> Problem:
         model = lfs.mlp(2, 1 if task == "binary" else 3, width=10, seed=0, dtype=torch.float64)
         lfs.fit_map(model, X, y, OUR_LIKELIHOOD[task], adam_steps=500, lbfgs_steps=200)
         Xq = torch.cat([X[:25], 5 * torch.randn(25, 2, generator=g, dtype=torch.float64)])
+    elif task == "digits-cnn":  # real images and Conv2d layers (KFAC for convolutions included)
+        d = lfs.image_data("digits", n_train=120, n_test=25, dtype=torch.float64)
+        X, y, kw = d.X_train, d.y_train, {}
+        model = lfs.cnn(10, image_size=8, channels=(4, 8), seed=0, dtype=torch.float64)
+        lfs.fit_map(model, X, y, "classification", adam_steps=300, lbfgs_steps=100)
+        Xq = torch.cat(
+            [d.X_test, lfs.invert(d.X_test), torch.rand(25, 1, 8, 8, generator=g, dtype=torch.float64)]
+        )
     else:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     return Problem(task, model, X, y, Xq, kw)

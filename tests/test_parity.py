@@ -1,7 +1,8 @@
 """The parity matrix of notebook 08 as a test: ours vs laplace-torch 0.3 in every supported cell.
 
-{regression, binary, multiclass} × {all weights, last layer} × {full, diag, kron}, float64, on
-MAP-trained networks (see ``benchmarks/parity.py`` for the problems and the binary embedding).
+{regression, binary, multiclass, digits-cnn} × {all weights, last layer} × {full, diag, kron},
+float64, on MAP-trained networks (digits-cnn: scikit-learn's 8×8 digits and a small CNN, so Conv2d
+KFAC and real images are covered) (see ``benchmarks/parity.py`` for the problems and the binary embedding).
 
 Tolerances, relative:
 * H, evidence, predictive: 1e-8. Both sides sum the same terms in a different order, so float64
