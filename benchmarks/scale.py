@@ -9,6 +9,8 @@ ours and laplace-torch 0.3 with each backend (curvlinops is its default; the fas
 reported too) are run on the same trained weights, each in a fresh process:
 
 * ``fit_s``: ``fit`` on the training set (after a warm-up fit on one batch, which pays one-off costs);
+  ``predict_s`` likewise after a warm-up prediction on two inputs (which also pays for lazy
+  factorisations of the posterior: both libraries compute them on first use);
 * ``evidence``: the log marginal likelihood at the training δ; ``predict_s``: the probit predictive on
   the test queries (in chunks, so Jacobians stay below ~1 GB); ``delta``: δ tuned by the evidence
   (laplace-torch's defaults, 100 Adam steps), skipped for full above ``--tune-max-p``;
@@ -186,8 +188,10 @@ def measure(cfg: dict) -> dict:
                 stage = "evidence"
                 out["evidence"] = la.log_marginal_likelihood().item()
                 stage = "predict"
-                t0 = time.perf_counter()
                 kw = {} if cfg["impl"] == "ours" else {"pred_type": "glm"}
+                la(Xq[:2], link_approx="probit", **kw)  # warm-up: lazy factorisations, first-call costs
+                sync()
+                t0 = time.perf_counter()
                 probs = torch.cat([la(x, link_approx="probit", **kw).detach() for x in _chunks(Xq, 10, P)])
                 sync()
                 out["predict_s"] = time.perf_counter() - t0
@@ -384,6 +388,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--inprocess", action="store_true", help="no subprocesses (quick; no CPU memory figures)")
     ap.add_argument("--out", default=None, help="output stem (default results/scale_<date>_<device>)")
+    ap.add_argument("--append", action="store_true", help="add the rows to an existing record at --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
@@ -466,6 +471,11 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"meta": meta, "rows": rows}
     if args.out != "-":
         stem = Path(args.out) if args.out else RESULTS / f"scale_{meta['date']}_{args.device}"
+        if args.append and stem.with_suffix(".json").exists():  # one record from several invocations
+            old = json.loads(stem.with_suffix(".json").read_text())
+            meta["models"] = {**old["meta"]["models"], **models}
+            meta["runs"] = [*old["meta"].get("runs", [old["meta"]["args"]]), meta["args"]]
+            record["rows"] = rows = old["rows"] + rows
         stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
         title = (
             f"{meta['device_name']}, torch {meta['torch']}, "
