@@ -25,14 +25,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from common import RssPeak, cpu_name  # benchmarks/common.py (the script's folder is on sys.path)
+from common import RssPeak, cpu_name, run_fresh  # benchmarks/common.py (the script's folder is on sys.path)
 
 STRUCTURES = [("all", "full"), ("all", "diag"), ("all", "kron"), ("last_layer", "full")]
 BACKENDS = ["curvlinops", "backpack", "asdl"]
@@ -82,20 +79,7 @@ def measure(cfg: dict) -> dict:
 
 
 def run(cfg: dict, timeout: int) -> dict:
-    cmd = [sys.executable, __file__, "--one", json.dumps(cfg)]
-    # glibc keeps freed blocks below its (dynamically raised) mmap threshold inside the process, so a
-    # second fit could reuse the warm-up's memory without the RSS growing: fix the threshold at 64 KiB
-    # so every large buffer is mapped on allocation and returned on free.
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**cfg, "error": f"timeout after {timeout} s"}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        err = (out.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {**cfg, "error": err[:200]}
-    return {**cfg, **json.loads(lines[-1][7:])}
+    return run_fresh(__file__, cfg, timeout)
 
 
 def main() -> None:

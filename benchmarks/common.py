@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -46,3 +49,22 @@ class RssPeak:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self.rss())
+
+
+def run_fresh(script: str, cfg: dict, timeout: int) -> dict:
+    """Run ``script --one <cfg as json>`` in a fresh Python process and return ``cfg`` merged with the
+    dict it printed on its last ``RESULT {...}`` line, or with ``"error"`` (timeout, crash, killed)."""
+    cmd = [sys.executable, script, "--one", json.dumps(cfg)]
+    # glibc keeps freed blocks below its (dynamically raised) mmap threshold inside the process, so a
+    # second fit could reuse the warm-up's memory without the RSS growing: fix the threshold at 64 KiB
+    # so every large buffer is mapped on allocation and returned on free.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**cfg, "error": f"timeout after {timeout} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        err = (out.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
+        return {**cfg, "error": err[:200]}
+    return {**cfg, **json.loads(lines[-1][7:])}

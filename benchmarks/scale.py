@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RssPeak, cpu_name  # noqa: E402
+from common import RssPeak, cpu_name, run_fresh  # noqa: E402
 
 STRUCTURES = ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron", "matfree")
 BACKENDS = ("curvlinops", "backpack", "asdl")  # curvlinops: laplace-torch's default
@@ -251,17 +250,7 @@ def run(cfg: dict, timeout: int) -> dict:
     """``measure(cfg)`` in a fresh process (or here, with ``inprocess``), errors caught."""
     if cfg.get("inprocess"):
         return {**cfg, **measure(cfg)}
-    cmd = [sys.executable, __file__, "--one", json.dumps(cfg)]
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}  # freed buffers go back to the OS (see bench_fit)
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**cfg, "error": f"timeout after {timeout} s"}
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
-    if res.returncode != 0 or not lines:
-        err = (res.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {**cfg, "error": err[:200]}
-    return {**cfg, **json.loads(lines[-1][7:])}
+    return run_fresh(__file__, cfg, timeout)
 
 
 def agreement(rows: list[dict]) -> None:
