@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -148,12 +150,21 @@ def reference_laplace(p: Problem, subset: str, structure: str, prior_precision: 
     return ref, Xq
 
 
-def parity_cell(p: Problem, subset: str, structure: str, prior_precision: float = 0.5) -> dict[str, float]:
-    """Relative differences ours vs laplace-torch for one cell: keys :data:`QUANTITIES`."""
+@contextmanager
+def float64_default() -> Iterator[None]:
+    """float64 as the default dtype inside the block: laplace-torch's curvlinops backend builds dense
+    matrices with eye() in the *default* dtype, which would round a float64 H to float32 accuracy."""
     old = torch.get_default_dtype()
-    # laplace-torch's curvlinops backend builds dense matrices with eye() in the *default* dtype
     torch.set_default_dtype(torch.float64)
     try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def parity_cell(p: Problem, subset: str, structure: str, prior_precision: float = 0.5) -> dict[str, float]:
+    """Relative differences ours vs laplace-torch for one cell: keys :data:`QUANTITIES`."""
+    with float64_default():
         ref, Xq_ref = reference_laplace(p, subset, structure, prior_precision)
         ours = lfs.Laplace(
             p.model,
@@ -178,8 +189,6 @@ def parity_cell(p: Problem, subset: str, structure: str, prior_precision: float 
         ours.optimize_prior_precision(method="marglik")
         out["delta"] = _rel(ours.prior_precision, ref.prior_precision)
         return out
-    finally:
-        torch.set_default_dtype(old)
 
 
 def parity_matrix(tasks: tuple[str, ...] = TASKS, cells: tuple = CELLS) -> list[dict]:

@@ -15,10 +15,9 @@ Tolerances, relative:
 """
 
 import pytest
-import torch
 
 laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
-from parity import CELLS, TASKS, parity_cell, problem, reference_laplace  # noqa: E402  (benchmarks/)
+from parity import CELLS, TASKS, float64_default, parity_cell, problem, reference_laplace  # noqa: E402  (benchmarks/)
 
 import laplace_from_scratch as lfs  # noqa: E402
 
@@ -42,14 +41,10 @@ def test_parity_matrix_cell(problems, task, subset, structure):
 
 def test_full_evidence_gap_is_the_dual_route():
     p = problem("regression")
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with float64_default():
         ref, _ = reference_laplace(p, "all", "full", 0.5)
         ours = lfs.Laplace(p.model, "regression", sigma_noise=0.3, prior_precision=0.5)
         ours.evidence_route = "cholesky"
         ours.fit(p.loader)
         ref_ev = ref.log_marginal_likelihood().item()
         assert abs(ours.log_marginal_likelihood().item() / ref_ev - 1) < 1e-12
-    finally:
-        torch.set_default_dtype(old)
