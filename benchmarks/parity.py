@@ -86,6 +86,16 @@ class Problem:
     def loader(self) -> DataLoader:
         return DataLoader(TensorDataset(self.X, self.y), batch_size=50)
 
+    def to(self, device: str | torch.device) -> Problem:
+        """A copy with the network and the data on ``device``."""
+        model = copy.deepcopy(self.model).to(device)
+        X, y, Xq = (t.to(device) for t in (self.X, self.y, self.Xq))
+        return Problem(self.task, model, X, y, Xq, self.kw)
+
+
+class LaplaceTorchFailed(RuntimeError):
+    """laplace-torch itself raised in a cell (for example its curvlinops backend on CUDA in 0.3)."""
+
 
 def problem(task: str) -> Problem:
     """The network and data of one row of the matrix (deterministic; a few seconds to train)."""
@@ -124,7 +134,21 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-def reference_laplace(p: Problem, subset: str, structure: str, prior_precision: float):
+BACKENDS = ("default", "backpack", "curvlinops")
+
+
+def _backend(name: str) -> dict:
+    """laplace-torch's ``backend=`` argument for a backend name (``"default"``: its own choice)."""
+    if name == "default":
+        return {}
+    from laplace.curvature import BackPackGGN, CurvlinopsGGN
+
+    return {"backend": {"backpack": BackPackGGN, "curvlinops": CurvlinopsGGN}[name]}
+
+
+def reference_laplace(
+    p: Problem, subset: str, structure: str, prior_precision: float, backend: str = "default"
+):
     """laplace-torch's Laplace for this cell, fitted; and the inputs to query it with (for the binary
     last layer these are the frozen features φ(Xq))."""
     import laplace
@@ -145,6 +169,7 @@ def reference_laplace(p: Problem, subset: str, structure: str, prior_precision: 
         hessian_structure=structure,
         prior_precision=prior_precision,
         **p.kw,
+        **_backend(backend),
     )
     ref.fit(loader)
     return ref, Xq
@@ -162,10 +187,26 @@ def float64_default() -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
-def parity_cell(p: Problem, subset: str, structure: str, prior_precision: float = 0.5) -> dict[str, float]:
-    """Relative differences ours vs laplace-torch for one cell: keys :data:`QUANTITIES`."""
+def parity_cell(
+    p: Problem, subset: str, structure: str, prior_precision: float = 0.5, backend: str = "default"
+) -> dict[str, float]:
+    """Relative differences ours vs laplace-torch for one cell: keys :data:`QUANTITIES`.
+
+    Runs on the device of ``p`` (see :meth:`Problem.to`). An exception raised inside laplace-torch is
+    re-raised as :class:`LaplaceTorchFailed`, so that a caller can record it as laplace-torch's result.
+    """
     with float64_default():
-        ref, Xq_ref = reference_laplace(p, subset, structure, prior_precision)
+        try:
+            ref, Xq_ref = reference_laplace(p, subset, structure, prior_precision, backend)
+            ref_ev = ref.log_marginal_likelihood()
+            if p.task == "regression":
+                ref_pred = ref(Xq_ref, pred_type="glm")[1]
+            else:
+                ref_pred = ref(Xq_ref, pred_type="glm", link_approx="probit")
+        except Exception as e:  # laplace-torch's own failure, reported as such
+            raise LaplaceTorchFailed(
+                f"laplace-torch ({backend} backend) failed: {type(e).__name__}: {e}"
+            ) from e
         ours = lfs.Laplace(
             p.model,
             OUR_LIKELIHOOD[p.task],
@@ -177,15 +218,18 @@ def parity_cell(p: Problem, subset: str, structure: str, prior_precision: float 
         ours.fit(p.loader)
         out = {
             "H": _rel(_dense(ours.H), _dense(ref.H)),
-            "evidence": _rel(ours.log_marginal_likelihood(), ref.log_marginal_likelihood()),
+            "evidence": _rel(ours.log_marginal_likelihood(), ref_ev),
+            "predictive": _rel(ours(p.Xq)[1] if p.task == "regression" else ours(p.Xq), ref_pred),
         }
-        if p.task == "regression":
-            out["predictive"] = _rel(ours(p.Xq)[1], ref(Xq_ref, pred_type="glm")[1])
-        else:
-            out["predictive"] = _rel(ours(p.Xq), ref(Xq_ref, pred_type="glm", link_approx="probit"))
         with warnings.catch_warnings():  # its reminder that link_approx defaults to probit
             warnings.simplefilter("ignore", UserWarning)
-            ref.optimize_prior_precision(method="marglik")
+            try:
+                ref.optimize_prior_precision(method="marglik")
+            except Exception as e:
+                raise LaplaceTorchFailed(
+                    f"laplace-torch ({backend} backend) failed in optimize_prior_precision: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
         ours.optimize_prior_precision(method="marglik")
         out["delta"] = _rel(ours.prior_precision, ref.prior_precision)
         return out

@@ -24,11 +24,14 @@ evidence and of δ, and the largest absolute difference of a predicted probabili
 det for the evidence, CG for f_var on ``--matfree-query`` inputs) is compared with our ``full`` at the
 same size when that ran.
 
+    python benchmarks/scale.py --preset gpu        (= make bench-gpu: the GPU sweep, P ≈ 1e4 … 1e7)
+    python benchmarks/scale.py --preset gpu --device cpu --data digits --models mlp:8:1 --n-train 100 \
+        --inprocess                                (the same command at CPU size: seconds)
     python benchmarks/scale.py --device cuda --data mnist --models mlp:12:1 mlp:1000:2 cnn:8:16
-    python benchmarks/scale.py --device cpu --data digits --models mlp:16:1 --inprocess   (quick, no memory)
 
 Model specs: ``mlp:W:D`` (D hidden tanh layers of W units) and ``cnn:C1:C2`` (:func:`models.cnn`).
-Writes ``results/scale_<date>_<device>.json`` and ``.png`` (or ``--out``).
+Writes ``results/scale_<date>_<device>.json``, ``.md`` (the summary table and the machine) and ``.png``
+(or ``--out``); ``<device>`` is ``cpu``, or ``cuda-<gpu name>`` (e.g. ``cuda-nvidia-h100-80gb-hbm3``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,34 @@ from common import RssPeak, cpu_name, run_fresh  # noqa: E402
 STRUCTURES = ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron", "matfree")
 BACKENDS = ("curvlinops", "backpack", "asdl")  # curvlinops: laplace-torch's default
 RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+# The GPU sweep (``--preset gpu``): MNIST-5k, N = 4000 training images; MLPs from P ≈ 1e4 to ≈ 1e7 and a
+# CNN. Full Laplace runs up to P ≈ 1.3e5, where one float32 P×P matrix is 68 GB: each library's
+# out-of-memory point on an 80 GB card is part of the result. Every option can still be overridden.
+PRESETS = {
+    "gpu": {
+        "device": "cuda",
+        "data": "mnist",
+        "n_train": 4000,
+        "n_test": 1000,
+        "n_query": 500,
+        "models": [
+            "mlp:12:1",  # P = 9,550
+            "mlp:50:1",  # 39,760
+            "mlp:96:1",  # 76,330
+            "mlp:128:1",  # 101,770
+            "mlp:165:1",  # 131,185
+            "cnn:8:16",  # 9,098
+            "mlp:1000:2",  # 1,796,010
+            "mlp:2800:2",  # 10,068,810
+        ],
+        "full_max_p": 140_000,
+        "matfree_max_p": 11_000_000,
+        "curvlinops_full_max_p": 40_000,
+        "tune_max_p": 40_000,
+        "timeout": 600,
+    }
+}
 
 
 def build_model(spec: str, data, device: str):
@@ -358,6 +389,7 @@ def plot(records: list[dict], path: Path | None = None, title: str = ""):
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="defaults for a recorded sweep (see PRESETS)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--data", default="mnist", choices=["mnist", "digits"])
     ap.add_argument("--n-train", type=int, default=1000)
@@ -384,6 +416,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=None, help="output stem (default results/scale_<date>_<device>)")
     ap.add_argument("--append", action="store_true", help="add the rows to an existing record at --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    pre = ap.parse_known_args(argv)[0].preset
+    if pre:  # the preset's values become defaults; options given on the command line still win
+        ap.set_defaults(**PRESETS[pre])
     args = ap.parse_args(argv)
     if args.one:
         cfg = json.loads(args.one)
@@ -465,7 +500,7 @@ def main(argv: list[str] | None = None) -> dict:
             r.pop(k, None)
     record = {"meta": meta, "rows": rows}
     if args.out != "-":
-        stem = Path(args.out) if args.out else RESULTS / f"scale_{meta['date']}_{args.device}"
+        stem = Path(args.out) if args.out else RESULTS / f"scale_{meta['date']}_{device_slug(meta)}"
         if args.append and stem.with_suffix(".json").exists():  # one record from several invocations
             old = json.loads(stem.with_suffix(".json").read_text())
             meta["models"] = {**old["meta"]["models"], **models}
@@ -477,8 +512,52 @@ def main(argv: list[str] | None = None) -> dict:
             f"laplace-torch {meta['laplace_torch']}, {meta['date']}"
         )
         plot(rows, stem.with_suffix(".png"), title=title)
-        print(f"\nwrote {stem}.json and .png")
+        stem.with_suffix(".md").write_text(markdown(record))
+        print(f"\nwrote {stem}.json, .md and .png")
     return record
+
+
+def device_slug(meta: dict) -> str:
+    """``cpu``, or ``cuda-`` and the GPU's name in lower case with dashes (for file names)."""
+    if meta["device"] != "cuda":
+        return meta["device"]
+    name = "".join(c if c.isalnum() else "-" for c in meta["device_name"].lower())
+    return "cuda-" + "-".join(filter(None, name.split("-")))
+
+
+def markdown(record: dict) -> str:
+    """The record as a short Markdown page: machine and versions, the summary, what did not finish."""
+    m, rows = record["meta"], record["rows"]
+    lines = [
+        f"# Ours vs laplace-torch at scale: {m['device_name']}, {m['date']}",
+        "",
+        f"- device: {m['device']} ({m['device_name']}), driver {m['driver']}, CUDA {m['cuda']}, "
+        f"{m['threads']} CPU threads",
+        f"- torch {m['torch']}, laplace-torch {m['laplace_torch']}, Python {m['python']}, {m['dtype']}",
+        f"- data: {m['args']['data']}, N = {m['args']['n_train']} training images, "
+        f"{m['args']['n_query']} test queries",
+        "- models: "
+        + ", ".join(
+            f"{k} (P = {v['P']:,}, MAP test accuracy {v['test_acc']:.3f})" for k, v in m["models"].items()
+        ),
+        "",
+        "```",
+        summary(rows),
+        "```",
+        "",
+        "Did not finish (each is a result: out of memory, time-out, an error, or skipped by a size limit):",
+        "",
+    ]
+    lines += [f"- {r['model']} {r['structure']} {r['impl']}: {r['error']}" for r in rows if "error" in r] or [
+        "- none"
+    ]
+    peaks = [r for r in rows if r.get("peak_bytes")]
+    if peaks:
+        lines += ["", "Peak memory (MiB):", ""]
+        lines += [
+            f"- {r['model']} {r['structure']} {r['impl']}: {r['peak_bytes'] / 2**20:,.0f}" for r in peaks
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def _write_partial(args, rows: list[dict]) -> None:

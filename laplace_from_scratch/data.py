@@ -7,16 +7,29 @@
 * :func:`toy_multiclass`: K Gaussian blobs on a circle in 2-D, neighbours overlapping a little.
 
 Everything is generated in float64 from a ``torch.Generator`` with a fixed seed, then cast to
-``dtype`` (default: ``torch.get_default_dtype()``); no downloads.
+``dtype`` (default: ``torch.get_default_dtype()``); no downloads. The tensors are made on the CPU,
+whatever torch's default device (the seeded generators live there): move them with ``.to(device)``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+
+def _on_cpu(fn):
+    """Run a data generator with the CPU as torch's default device (see the module docstring)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.device("cpu"):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 @dataclass
@@ -36,6 +49,7 @@ class ClassificationData:
     y: Tensor
 
 
+@_on_cpu
 def sinusoid(
     n: int = 150,
     noise: float = 0.3,
@@ -53,6 +67,7 @@ def sinusoid(
     return RegressionData(x.to(dtype), y.to(dtype), X_test.to(dtype))
 
 
+@_on_cpu
 def toy_linear(
     n: int = 100, std: float = 0.7, margin: float = 0.5, seed: int = 0, dtype: torch.dtype | None = None
 ) -> ClassificationData:
@@ -76,6 +91,7 @@ def toy_linear(
     return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)
 
 
+@_on_cpu
 def toy_nonlinear(
     n: int = 200, noise: float = 0.15, seed: int = 0, dtype: torch.dtype | None = None
 ) -> ClassificationData:
@@ -91,6 +107,7 @@ def toy_nonlinear(
     return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)
 
 
+@_on_cpu
 def toy_multiclass(
     n: int = 300,
     n_classes: int = 3,
@@ -126,6 +143,7 @@ class ImageData:
 IMAGE_SETS = ("digits", "mnist")
 
 
+@_on_cpu
 def image_data(
     name: str = "digits",
     n_train: int | None = None,

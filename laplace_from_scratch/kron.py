@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .curvature import symmetric_sqrt
+from .devices import randn
 from .likelihoods import Likelihood
 
 
@@ -225,6 +226,6 @@ class KronPosterior:
         """Draws from N(0, Σ), (S, P): Q diag(ev)^-½ ε per block."""
         parts = []
         for i, ev in enumerate(self.precision_eigvals(deltas, factor)):
-            eps = torch.randn(n_samples, ev.numel(), generator=generator, dtype=ev.dtype)
+            eps = randn((n_samples, ev.numel()), ev, generator)
             parts.append(self._rotate(i, eps / ev.sqrt(), inverse=True))
         return torch.cat(parts, dim=1)

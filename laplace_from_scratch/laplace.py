@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from .curvature import ggn_diagonal, whitened_jacobians
+from .devices import as_like, check_device, randn
 from .functional import last_layer_functional, make_functional
 from .jacobians import jacobian
 from .kron import KFAC, KronPosterior
@@ -117,7 +118,7 @@ class Laplace:
 
     @sigma_noise.setter
     def sigma_noise(self, value: float | Tensor) -> None:
-        sigma = torch.as_tensor(value, dtype=self.mean.dtype)
+        sigma = as_like(value, self.mean, "sigma_noise")
         if sigma.numel() != 1 or not sigma.item() > 0:
             raise ValueError(f"sigma_noise must be one positive number, got {value}")
         if self.likelihood != "regression" and sigma.item() != 1:
@@ -130,8 +131,9 @@ class Laplace:
 
     @prior_precision.setter
     def prior_precision(self, value: float | Tensor) -> None:
-        prior_precision_diag(value, self.param_sizes)  # validates shape and sign
-        self._prior_precision = torch.as_tensor(value, dtype=self.mean.dtype)
+        p0 = as_like(value, self.mean, "prior_precision")
+        prior_precision_diag(p0, self.param_sizes)  # validates shape and sign
+        self._prior_precision = p0
 
     @property
     def prior_precision_diag(self) -> Tensor:
@@ -144,7 +146,7 @@ class Laplace:
 
     @prior_mean.setter
     def prior_mean(self, value: float | Tensor) -> None:
-        mu0 = torch.as_tensor(value, dtype=self.mean.dtype)
+        mu0 = as_like(value, self.mean, "prior_mean")
         if mu0.numel() not in (1, self.n_params):
             raise ValueError(
                 f"prior_mean must be a scalar or have {self.n_params} entries, got {tuple(mu0.shape)}"
@@ -192,9 +194,11 @@ class Laplace:
         if self._kron:
             last = self.subset_of_weights == "last_layer"
             acc = KFAC(self.model[-1] if last else self.model, lik)
-        loss = torch.zeros((), dtype=self.mean.dtype)
+        loss = self.mean.new_zeros(())
         blocks, n_data = [], 0
         for X, y in train_loader:
+            check_device(X, self.mean, "the inputs X")
+            check_device(y, self.mean, "the targets y")
             if self._kron:  # KFAC's own forward pass gives the outputs
                 if last:
                     with torch.no_grad():
@@ -279,7 +283,7 @@ class Laplace:
     def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
         """θ ~ N(θ*, P⁻¹), (S, P)."""
         if self._diag:
-            eps = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.mean.dtype)
+            eps = randn((n_samples, self.n_params), self.mean, generator)
             return self.mean + eps * self.posterior_variance.sqrt()
         if self._kron:
             return self.mean + self.H.sample(n_samples, self._block_deltas, self._H_factor, generator)
@@ -411,12 +415,14 @@ class Laplace:
             return
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
-        grid = torch.logspace(log_prior_prec_min, log_prior_prec_max, grid_size, dtype=self.mean.dtype)
+        grid = torch.logspace(
+            log_prior_prec_min, log_prior_prec_max, grid_size, dtype=self.mean.dtype, device=self.mean.device
+        )
         scores = []
         for delta in grid:
             self.prior_precision = delta
             scores.append(self._validation_nll(val_loader, pred_type, link_approx, n_samples))
-        self.prior_precision = grid[int(torch.tensor(scores).argmin())]
+        self.prior_precision = grid[min(range(len(scores)), key=scores.__getitem__)]
 
     def optimize_hyperparameters(
         self, n_steps: int = 300, lr: float = 0.1, tune_sigma: bool = True, prior_structure: str = "scalar"
@@ -450,6 +456,8 @@ class Laplace:
         total, count = 0.0, 0
         with torch.no_grad():
             for X, y in loader:
+                check_device(X, self.mean, "the validation inputs X")
+                check_device(y, self.mean, "the validation targets y")
                 if self.likelihood == "regression":
                     mu, var = self(X, pred_type=pred_type, n_samples=n_samples)
                     var = var.diagonal(dim1=-2, dim2=-1) if var.ndim == 3 else var
@@ -492,6 +500,7 @@ class Laplace:
                 "x must be a tensor of shape (N, ...) with a batch dimension, "
                 f"got {getattr(x, 'shape', type(x))}"
             )
+        check_device(x, self.mean, "x")
         if pred_type == "nn":
             samples = nn_samples(self._f, x, self.sample(n_samples, generator))
             if self.likelihood == "regression":

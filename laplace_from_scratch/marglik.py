@@ -36,11 +36,11 @@ def maximize_on_logs(
 ) -> tuple[dict[str, Tensor], list[float]]:
     """Maximise ``objective(**{name: exp(log value)})`` by Adam on the logs of the values.
 
-    ``init`` maps argument names to positive initial values (any shape). Returns the final values
-    (detached) and the objective before each step. This is laplace-torch's scheme for δ (Adam,
-    lr 0.1, 100 steps) extended to any set of positive hyperparameters.
+    ``init`` maps argument names to positive initial values (tensors of any shape, on any device).
+    Returns the final values (detached) and the objective before each step. This is laplace-torch's
+    scheme for δ (Adam, lr 0.1, 100 steps) extended to any set of positive hyperparameters.
     """
-    logs = {k: torch.as_tensor(v).detach().log().clone().requires_grad_(True) for k, v in init.items()}
+    logs = {k: v.detach().log().clone().requires_grad_(True) for k, v in init.items()}
     opt = torch.optim.Adam(list(logs.values()), lr=lr)
     history: list[float] = []
     for _ in range(n_steps):

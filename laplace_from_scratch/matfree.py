@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.func import jvp, vjp, vmap
 
+from .devices import rademacher, randn
 from .functional import Functional
 from .likelihoods import Likelihood
 
@@ -106,7 +107,7 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
     Q = torch.zeros(P, m, dtype=v0.dtype, device=v0.device)
     alphas, betas = [], []
     q = v0 / v0.norm()
-    beta = torch.zeros((), dtype=v0.dtype)
+    beta = v0.new_zeros(())
     q_prev = torch.zeros_like(q)
     for j in range(m):
         Q[:, j] = q
@@ -138,15 +139,16 @@ def slq_log_det(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """log det A by stochastic Lanczos quadrature with Rademacher probes (drawn on the CPU by
-    ``generator``, then moved to ``device``).
+    """log det A by stochastic Lanczos quadrature with Rademacher probes.
 
+    ``dtype`` and ``device`` are those of the operator's vectors (default: torch's defaults); the probes
+    are drawn by ``generator`` on its own device (a CPU generator works for a CUDA operator).
     Returns (estimate, standard error over the probes).
     """
-    dtype = dtype or torch.get_default_dtype()
+    like = torch.empty(0, dtype=dtype or torch.get_default_dtype(), device=device)
     values = []
     for _ in range(n_probes):
-        z = torch.randint(0, 2, (n_params,), generator=generator).to(device=device, dtype=dtype) * 2 - 1
+        z = rademacher(n_params, like, generator)
         T, _ = lanczos(matvec, z, m)
         theta, U = torch.linalg.eigh(T)
         values.append(n_params * (U[0] ** 2 * theta.log()).sum())  # ‖z‖² = P
@@ -165,7 +167,7 @@ def sample_matrix_free(
     matvec: MatVec, mean: Tensor, n_samples: int, m: int = 50, generator: torch.Generator | None = None
 ) -> Tensor:
     """θ = θ* + P^{-½} ε with ε ~ N(0, I), by Lanczos; (S, P). Covariance → P⁻¹ as m grows."""
-    eps = torch.randn(n_samples, mean.numel(), generator=generator, dtype=mean.dtype).to(mean.device)
+    eps = randn((n_samples, mean.numel()), mean, generator)
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
 

@@ -63,12 +63,13 @@ def plot_2d_data(ax: Axes, data: ClassificationData, title: str = "") -> Axes:
 def grid_2d(lim: float | tuple[float, float, float, float] = 3.0, n: int = 100) -> Tensor:
     """An n×n grid of 2-D inputs, (n·n, 2), row-major in x₂ then x₁ (so ``values.reshape(n, n)`` plots).
 
-    ``lim`` is a half-width (a square around 0) or (x₁min, x₁max, x₂min, x₂max).
+    ``lim`` is a half-width (a square around 0) or (x₁min, x₁max, x₂min, x₂max). Made on the CPU
+    (plots are drawn from there): move it with ``.to(device)`` to predict on another device.
     """
     x1min, x1max, x2min, x2max = (-lim, lim, -lim, lim) if isinstance(lim, int | float) else lim
     dtype = torch.get_default_dtype()
-    x1 = torch.linspace(x1min, x1max, n, dtype=dtype)
-    x2 = torch.linspace(x2min, x2max, n, dtype=dtype)
+    x1 = torch.linspace(x1min, x1max, n, dtype=dtype, device="cpu")
+    x2 = torch.linspace(x2min, x2max, n, dtype=dtype, device="cpu")
     X2, X1 = torch.meshgrid(x2, x1, indexing="ij")
     return torch.stack([X1.reshape(-1), X2.reshape(-1)], -1)
 
@@ -92,8 +93,9 @@ def plot_contour(
     n = int(round(grid.shape[0] ** 0.5))
     if n * n != grid.shape[0] or values.numel() != grid.shape[0]:
         raise ValueError(f"grid {tuple(grid.shape)} and values {tuple(values.shape)} must be an n×n grid")
+    grid = grid.detach().cpu()  # matplotlib draws from the CPU, whatever device predicted
     X1, X2 = grid[:, 0].reshape(n, n), grid[:, 1].reshape(n, n)
-    V = values.detach().reshape(n, n)
+    V = values.detach().cpu().reshape(n, n)
     if kind == "probability":
         cs = ax.contourf(
             X1, X2, V, levels=levels or [i / 10 for i in range(11)], cmap="RdBu_r", vmin=0, vmax=1
@@ -138,8 +140,9 @@ def plot_reliability(
     """
     from .metrics import calibration_curve, ece
 
-    conf, acc, count = calibration_curve(probs.detach(), y, n_bins)
-    error = ece(probs.detach(), y, n_bins)
+    probs, y = probs.detach().cpu(), y.cpu()  # matplotlib draws from the CPU
+    conf, acc, count = calibration_curve(probs, y, n_bins)
+    error = ece(probs, y, n_bins)
     if not any(line.get_gid() == "reliability-diagonal" for line in ax.lines):
         ax.plot([0, 1], [0, 1], ls="--", c="0.5", lw=1, gid="reliability-diagonal")
     full = count > 0

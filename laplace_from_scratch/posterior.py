@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .devices import randn
+
 
 def prior_precision_diag(prior_precision: float | Tensor, param_sizes: Sequence[int]) -> Tensor:
     """Expand a prior precision to one value per parameter, shape (P,).
@@ -34,7 +36,8 @@ def prior_precision_diag(prior_precision: float | Tensor, param_sizes: Sequence[
     ``prior_precision`` is a scalar (or a 1-element tensor), a tensor with one value per
     parameter tensor (``len(param_sizes)`` values, "layerwise"), or one value per parameter (P).
     """
-    p0 = torch.as_tensor(prior_precision)
+    # a tensor keeps its device (torch.as_tensor would move it to torch's default device)
+    p0 = prior_precision if isinstance(prior_precision, Tensor) else torch.as_tensor(prior_precision)
     P, n_tensors = sum(param_sizes), len(param_sizes)
     if p0.ndim == 0 or p0.numel() == 1:
         out = p0.reshape(()).expand(P)
@@ -101,7 +104,7 @@ def sample_from_cholesky(
     mean: Tensor, L: Tensor, n_samples: int, generator: torch.Generator | None = None
 ) -> Tensor:
     """θ = μ + L⁻ᵀ ε with ε ~ N(0, I) and P = L Lᵀ: samples with covariance P⁻¹. → (S, P)."""
-    eps = torch.randn(mean.numel(), n_samples, generator=generator, dtype=mean.dtype, device=mean.device)
+    eps = randn((mean.numel(), n_samples), mean, generator)
     return mean + torch.linalg.solve_triangular(L.mT, eps, upper=True).T
 
 
@@ -190,7 +193,7 @@ class EigenPosterior:
         """θ = μ + V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ, (S, P)."""
         delta = _scalar(prior_precision, self.eigvals)
         d = self.precision_eigvals(delta, sigma_noise, temperature)
-        eps = torch.randn(n_samples, mean.numel(), generator=generator, dtype=mean.dtype, device=mean.device)
+        eps = randn((n_samples, mean.numel()), mean, generator)
         return (
             mean + ((eps @ self.eigvecs) * (d.rsqrt() - delta.rsqrt())) @ self.eigvecs.T + eps * delta.rsqrt()
         )

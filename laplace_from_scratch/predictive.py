@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
+from .devices import randn
 from .functional import Functional
 from .jacobians import jacobian
 
@@ -59,8 +60,9 @@ def mc_softmax(
     f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
 ) -> Tensor:
     """E[softmax(f)] for f ~ N(f_mu, f_var) by Monte Carlo. → (N, K)."""
-    L = torch.linalg.cholesky(f_var + 1e-12 * torch.eye(f_var.shape[-1], dtype=f_var.dtype))
-    eps = torch.randn(n_samples, *f_mu.shape, generator=generator, dtype=f_mu.dtype, device=f_mu.device)
+    eye = torch.eye(f_var.shape[-1], dtype=f_var.dtype, device=f_var.device)
+    L = torch.linalg.cholesky(f_var + 1e-12 * eye)
+    eps = randn((n_samples, *f_mu.shape), f_mu, generator)
     f = f_mu + torch.einsum("nkl,snl->snk", L, eps)
     return torch.softmax(f, dim=-1).mean(0)
 
@@ -84,7 +86,7 @@ def mc_sigmoid(
     f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
 ) -> Tensor:
     """E[σ(f)] for f ~ N(f_mu, f_var), one logit, by Monte Carlo. f_mu: (N, 1), f_var: (N, 1, 1) → (N, 2)."""
-    eps = torch.randn(n_samples, f_mu.shape[0], generator=generator, dtype=f_mu.dtype, device=f_mu.device)
+    eps = randn((n_samples, f_mu.shape[0]), f_mu, generator)
     f = f_mu.reshape(-1) + f_var.reshape(-1).clamp(min=0).sqrt() * eps
     return two_class(torch.sigmoid(f).mean(0))
 

@@ -58,8 +58,12 @@ def noise_images(
     kind: str = "uniform",
     density: float | None = None,
     dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
 ) -> Tensor:
     """``n`` images of pure noise, (n, *shape), e.g. shape (1, 28, 28); the same for the same seed.
+
+    Drawn on the CPU by a generator seeded with ``seed`` (the same images on every device), then moved
+    to ``device``.
 
     * ``"uniform"``: every pixel independently U[0, 1]. Far from digits in every way, including its
       mean brightness 0.5 (digits: ~0.13 for MNIST), so it is the easy OOD set.
@@ -70,14 +74,14 @@ def noise_images(
     g = torch.Generator().manual_seed(seed)
     size = (n, *shape)
     if kind == "uniform":
-        X = torch.rand(size, generator=g, dtype=torch.float64)
+        X = torch.rand(size, generator=g, dtype=torch.float64, device="cpu")
     elif kind == "bernoulli":
         if density is None or not 0 <= density <= 1:
             raise ValueError(f"kind='bernoulli' needs a density in [0, 1], got {density}")
-        X = (torch.rand(size, generator=g, dtype=torch.float64) < density).to(torch.float64)
+        X = (torch.rand(size, generator=g, dtype=torch.float64, device="cpu") < density).to(torch.float64)
     else:
         raise ValueError(f"kind must be one of {NOISE_KINDS}, got {kind!r}")
-    return X.to(dtype or torch.get_default_dtype())
+    return X.to(dtype=dtype or torch.get_default_dtype(), device=device)
 
 
 def fgsm(f: Callable[[Tensor], Tensor], X: Tensor, y: Tensor, eps: float, loss: str = "ce") -> Tensor:

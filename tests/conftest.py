@@ -13,3 +13,33 @@ def _seed():
 def mlp(d_in: int, d_out: int, width: int = 8, depth: int = 2, dtype=torch.float64):
     """Test-sized tanh MLPs in float64: ``lfs.mlp`` initialised from the current random state."""
     return lfs.mlp(d_in, d_out, width=width, depth=depth, seed=None, dtype=dtype)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        action="append",
+        default=None,
+        help="accelerator(s) for tests/test_devices.py, e.g. --device cuda:1 or --device mps "
+        "(default: cuda, skipped with its reason where absent)",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    """Tests that take a ``device`` run on each accelerator (``--device``, default cuda)."""
+    if "device" in metafunc.fixturenames:
+        names = metafunc.config.getoption("device") or ["cuda"]
+        metafunc.parametrize("device", names, indirect=True)
+
+
+@pytest.fixture
+def device(request) -> torch.device:
+    """An accelerator, or a skip that says which one this machine lacks."""
+    name = request.param
+    available = {
+        "cuda": torch.cuda.is_available(),
+        "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(),
+    }.get(name.split(":")[0], True)
+    if not available:
+        pytest.skip(f"no {name} device on this machine (torch {torch.__version__})")
+    return torch.device(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,15 @@ import torch
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The same bits on every machine (the Makefile's NB_ENV, which nbval runs under): torch's vector kernels
+# and oneDNN pinned to AVX2, two threads. The kernels started below inherit this environment.
+PINNED = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "OMP_NUM_THREADS": "2",
+    "MKL_NUM_THREADS": "2",
+}
 
 
 def key(nb: nbformat.NotebookNode) -> str:
@@ -40,6 +50,7 @@ def main() -> None:
     parser.add_argument("paths", type=Path, nargs="+", help="notebook files or folders")
     parser.add_argument("--force", action="store_true", help="re-run every notebook")
     args = parser.parse_args()
+    os.environ.update(PINNED)
     notebooks = []
     for p in args.paths:
         notebooks += sorted(p.glob("[0-9][0-9]_*.ipynb")) if p.is_dir() else [p]
