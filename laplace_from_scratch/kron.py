@@ -46,10 +46,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
-from .curvature import symmetric_sqrt
 from .devices import randn
+from .layers import backprop_output_hessian_sqrt, conv_padding, supported_layers, unfold
 from .likelihoods import Likelihood
 
 
@@ -68,77 +67,50 @@ class KronBlock:
         return self.B if self.A is None else torch.kron(self.B, self.A)
 
 
-def _conv_padding(m: nn.Conv2d) -> tuple[int, int]:
-    """The Conv2d's zero padding as integers (``"same"`` only where it pads both sides equally)."""
-    if m.groups != 1 or m.padding_mode != "zeros":
-        raise NotImplementedError("hessian_structure='kron' supports Conv2d with groups=1 and zero padding")
-    if m.padding == "valid":
-        return (0, 0)
-    if m.padding == "same":
-        total = [d * (k - 1) for d, k in zip(m.dilation, m.kernel_size, strict=True)]
-        if any(t % 2 for t in total):
-            raise NotImplementedError("hessian_structure='kron' needs padding='same' to be symmetric")
-        return (total[0] // 2, total[1] // 2)
-    return m.padding
-
-
 class KFAC:
     """Accumulates the KFAC factors over batches: ``update(X)`` per batch, then ``blocks()``.
 
     Every parameter of ``model`` must belong to an ``nn.Linear`` or an ``nn.Conv2d``. B is summed
-    and A averaged over all inputs seen (and, for Conv2d, over output positions). Cost: K backward
-    passes per batch.
+    and A averaged over all inputs seen (and, for Conv2d, over output positions). Cost: one forward and
+    K backward passes per batch (``layers.py``).
     """
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
         self.model, self.likelihood = model, likelihood
-        self.layers = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-        owned = {id(p) for m in self.layers for p in m.parameters()}
-        if any(id(p) not in owned for p in model.parameters() if p.requires_grad):
+        layers = supported_layers(model)
+        if layers is None:
             raise ValueError(
                 "hessian_structure='kron' supports networks whose parameters all belong to "
                 "nn.Linear or nn.Conv2d layers"
             )
-        self.padding = {m: _conv_padding(m) for m in self.layers if isinstance(m, nn.Conv2d)}
+        self.layers = layers
+        for m in layers:
+            if isinstance(m, nn.Conv2d):
+                conv_padding(m)  # unsupported convolutions fail here, before any data
         # weight (out, in) or (out, in, kh, kw): B is out × out, A is in × in or in·kh·kw × in·kh·kw
         self.B = {m: m.weight.new_zeros(m.weight.shape[0], m.weight.shape[0]) for m in self.layers}
         self.A = {m: m.weight.new_zeros(m.weight[0].numel(), m.weight[0].numel()) for m in self.layers}
         self.n = 0
-        self._inputs: dict[nn.Module, Tensor] = {}
-        self._outputs: dict[nn.Module, Tensor] = {}
 
-    def _hook(self, m: nn.Module, args: tuple, out: Tensor) -> None:
-        self._inputs[m], self._outputs[m] = args[0].detach(), out
-
-    def _input_outer(self, m: nn.Module, x: Tensor) -> Tensor:
+    @staticmethod
+    def _input_outer(m: nn.Module, x: Tensor) -> Tensor:
         """Σₙ aₙ aₙᵀ for a Linear layer; (1/T) Σₙ Σₜ uₙₜ uₙₜᵀ over the unfolded patches for a Conv2d."""
         if isinstance(m, nn.Linear):
             return x.T @ x
-        U = F.unfold(x, m.kernel_size, dilation=m.dilation, padding=self.padding[m], stride=m.stride)
-        return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]  # U: (n, in·kh·kw, T)
+        U = unfold(m, x)  # (n, in·kh·kw, T)
+        return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]
 
     def update(self, X: Tensor) -> Tensor:
         """Add one batch (inputs X of ``model``) to the factors; return its outputs (n, K), detached."""
-        handles = [m.register_forward_hook(self._hook) for m in self.layers]
-        try:
-            f = self.model(X)
-        finally:
-            for h in handles:
-                h.remove()
-        S = symmetric_sqrt(self.likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
-        for m in self.layers:
-            self.A[m] += self._input_outer(m, self._inputs[m])
-        zs = [self._outputs[m] for m in self.layers]
-        for c in range(f.shape[1]):
-            # row n (and position t) of g: Jzₙₜᵀ sₙ꜀, the c-th column of Λₙ^½ pulled back to the output
-            grads = torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < f.shape[1] - 1)
+        bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
+        for m, a in zip(self.layers, bp.inputs, strict=True):
+            self.A[m] += self._input_outer(m, a)
+        for grads in bp.grads:  # one column c of Λ^½: row n (and position t) of g is Jzₙₜᵀ sₙ꜀
             for m, g in zip(self.layers, grads, strict=True):
                 g = g.movedim(1, -1).reshape(-1, g.shape[1])  # Conv2d: (n, out, h, w) → (n·h·w, out)
                 self.B[m] += g.T @ g
         self.n += X.shape[0]
-        self._inputs.clear()
-        self._outputs.clear()
-        return f.detach()
+        return bp.f
 
     def blocks(self) -> list[KronBlock]:
         """One block per parameter tensor, in the order of ``model.parameters()``."""

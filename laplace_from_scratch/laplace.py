@@ -34,9 +34,11 @@ from torch.utils.data import DataLoader
 
 from .curvature import ggn_diagonal, whitened_jacobians
 from .devices import as_like, check_device, randn
+from .diag import DiagGGN
 from .functional import last_layer_functional, make_functional
 from .jacobians import jacobian
 from .kron import KFAC, KronPosterior
+from .layers import supported_layers
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import (
@@ -184,26 +186,38 @@ class Laplace:
     def fit(self, train_loader: DataLoader) -> None:
         """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data.
 
-        H is built as J̃ᵀJ̃ from the Λ^½-whitened Jacobians J̃ of each batch; when N·K < P they are
-        kept for the dual route of the evidence (see :class:`EigenPosterior`).
+        Full: H is built as J̃ᵀJ̃ from the Λ^½-whitened Jacobians J̃ of each batch; when N·K < P they are
+        kept for the dual route of the evidence (see :class:`EigenPosterior`). KFAC, and the diagonal of
+        a network whose weights all sit in Linear/Conv2d layers, come layer by layer from one forward
+        and K backward passes per batch (``kron.py``, ``diag.py``); the diagonal of any other network
+        from per-example Jacobians (``curvature.ggn_diagonal``: the same numbers, much slower).
         """
         self._f, self.mean, _ = self._make_functional()
         lik = get_likelihood(self.likelihood, 1.0)
-        shape = (self.n_params,) if self._diag else (self.n_params, self.n_params)
-        H = None if self._kron else torch.zeros(shape, dtype=self.mean.dtype, device=self.mean.device)
+        last = self.subset_of_weights == "last_layer"
+        target = self.model[-1] if last else self.model  # the layers Laplace is over
+        # KFAC, and the diagonal of Linear/Conv2d networks, come layer by layer from one forward and
+        # K backward passes per batch (layers.py); anything else from per-example Jacobians
+        builder = None
         if self._kron:
-            last = self.subset_of_weights == "last_layer"
-            acc = KFAC(self.model[-1] if last else self.model, lik)
+            builder = KFAC(target, lik)
+        elif self._diag and supported_layers(target) is not None:
+            builder = DiagGGN(target, lik)
+        H = None
+        if builder is None:
+            shape = (self.n_params,) if self._diag else (self.n_params, self.n_params)
+            H = torch.zeros(shape, dtype=self.mean.dtype, device=self.mean.device)
         loss = self.mean.new_zeros(())
-        blocks, n_data = [], 0
+        blocks: list[Tensor] | None = []  # whitened Jacobians for the dual route, while they may be kept
+        n_data = 0
         for X, y in train_loader:
             check_device(X, self.mean, "the inputs X")
             check_device(y, self.mean, "the targets y")
-            if self._kron:  # KFAC's own forward pass gives the outputs
+            if builder is not None:  # the builder's own forward pass gives the outputs
                 if last:
                     with torch.no_grad():
                         X = self.model[:-1](X)
-                out = acc.update(X)
+                out = builder.update(X)
             else:
                 with torch.no_grad():
                     out = self._f(self.mean, X)
@@ -216,20 +230,26 @@ class Laplace:
             else:
                 loss += lik.nll(out, y)  # Σ cross-entropy (also validates labels and output width)
             n_data += X.shape[0]
+            if builder is not None:
+                continue
             if self._diag:
                 H += ggn_diagonal(self._f, self.mean, X, lik)
-            elif not self._kron:
-                Jw = whitened_jacobians(self._f, self.mean, X, lik)
-                H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
+                continue
+            Jw = whitened_jacobians(self._f, self.mean, X, lik)
+            H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
+            if blocks is not None:
                 blocks.append(Jw)
+                M = sum(b.shape[0] for b in blocks)
+                if M >= self.n_params or M * self.n_params > MAX_DUAL_ENTRIES:
+                    blocks = None  # too many for the dual route: stop keeping them
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
-        M = sum(b.shape[0] for b in blocks)
-        keep = bool(blocks) and M < self.n_params and M * self.n_params <= MAX_DUAL_ENTRIES
-        self._Jw = torch.cat(blocks) if keep else None
+        self._Jw = torch.cat(blocks) if blocks else None
         self._eigen = self._chol = None
         if self._kron:
-            H = KronPosterior(acc.blocks())
+            H = KronPosterior(builder.blocks())
+        elif builder is not None:
+            H = builder.diagonal()
         self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
 
     def _require_fit(self) -> Tensor:
