@@ -16,7 +16,7 @@ from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
 from .metrics import accuracy, auroc, brier, calibration_curve, ece, nll, ood_auroc, ood_score
-from .models import cnn, mlp
+from .models import PinnedZeroLogit, cnn, mlp
 from .posterior import (
     EigenPosterior,
     cholesky,
@@ -66,6 +66,7 @@ __all__ = [
     "ImageData",
     "image_data",
     "cnn",
+    "PinnedZeroLogit",
     "Bernoulli",
     "Categorical",
     "EigenPosterior",

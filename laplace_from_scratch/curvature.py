@@ -12,6 +12,12 @@ laplace-torch's ``H`` is the GGN of the *summed* loss with Λ = I for regression
 (σ is applied later, in the posterior precision) and Λ = diag p − p pᵀ for
 classification: ``ggn(f, θ, X, Gaussian(1.0))`` and ``ggn(f, θ, X, Categorical())``.
 
+The curvature *builders* share one interface: ``update(X)`` per batch (returning the outputs f, (n, K),
+so that the caller can add up the loss without a second forward pass) and ``finish()``, which returns the
+posterior structure (``posterior.py``). Here: :class:`FullGGN` and :class:`DiagJacobianGGN`; the
+layer-wise diagonal is ``diag.DiagGGN``, KFAC ``kron.KFAC``, and the low-rank and matrix-free builders
+live with their posteriors.
+
 Shapes: N examples, K outputs, P parameters.
 """
 
@@ -96,3 +102,66 @@ def ggn_diagonal(
     for start in range(0, X.shape[0], batch_size):
         d += (whitened_jacobians(f, theta, X[start : start + batch_size], likelihood) ** 2).sum(0)
     return d
+
+
+# keep the whitened Jacobians (N·K, P) for the dual evidence route when N·K < P and they are this small
+MAX_DUAL_ENTRIES = 50_000_000
+
+
+class FullGGN:
+    """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the whitened Jacobians
+    J̃ = Λ^½ J of each batch. While N·K < P and N·K·P ≤ ``max_dual_entries`` the J̃ are kept for the
+    dual route of the evidence (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past either
+    limit they are dropped at once."""
+
+    def __init__(
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        param_sizes: list[int],
+        max_dual_entries: int = MAX_DUAL_ENTRIES,
+    ):
+        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        P = theta.numel()
+        self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
+        self.blocks: list[Tensor] | None = []
+        self.max_dual_entries = max_dual_entries
+
+    def update(self, X: Tensor) -> Tensor:
+        with torch.no_grad():
+            out = self.f(self.theta, X)
+        Jw = whitened_jacobians(self.f, self.theta, X, self.likelihood)
+        self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
+        if self.blocks is not None:
+            self.blocks.append(Jw)
+            M, P = sum(b.shape[0] for b in self.blocks), self.theta.numel()
+            if M >= P or M * P > self.max_dual_entries:
+                self.blocks = None  # too many for the dual route: stop keeping them
+        return out
+
+    def finish(self):
+        from .posterior import FullPosterior
+
+        Jw = torch.cat(self.blocks) if self.blocks else None
+        return FullPosterior(self.H, self.param_sizes, Jw)
+
+
+class DiagJacobianGGN:
+    """diag(G) from per-example Jacobians (:func:`ggn_diagonal`), for networks with parameters outside
+    Linear/Conv2d layers; ``diag.DiagGGN`` is the fast route for the others."""
+
+    def __init__(self, f: Functional, theta: Tensor, likelihood: Likelihood, param_sizes: list[int]):
+        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        self.d = torch.zeros_like(theta)
+
+    def update(self, X: Tensor) -> Tensor:
+        with torch.no_grad():
+            out = self.f(self.theta, X)
+        self.d += ggn_diagonal(self.f, self.theta, X, self.likelihood)
+        return out
+
+    def finish(self):
+        from .posterior import DiagPosterior
+
+        return DiagPosterior(self.d, self.param_sizes)

@@ -78,6 +78,12 @@ class DiagGGN:
         """diag(G), (P,)."""
         return torch.cat([d.reshape(-1) for d in self.sums.values()])
 
+    def finish(self):
+        """The :class:`~laplace_from_scratch.posterior.DiagPosterior` of the diagonal."""
+        from .posterior import DiagPosterior
+
+        return DiagPosterior(self.diagonal(), [d.numel() for d in self.sums.values()])
+
 
 def ggn_diagonal_layerwise(
     model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256

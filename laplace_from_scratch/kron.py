@@ -123,6 +123,9 @@ class KFAC:
                     )
         return out
 
+    def finish(self) -> KronPosterior:
+        return KronPosterior(self.blocks())
+
 
 def kfac(model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256) -> list[KronBlock]:
     """The KFAC blocks of the GGN of the summed loss over inputs X, one per parameter tensor."""
@@ -133,7 +136,12 @@ def kfac(model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 
 
 
 class KronPosterior:
-    """Eigendecomposed KFAC blocks; the posterior precision is block-diag(c·Bₗ ⊗ Aₗ + δₗ I), c = 1/(σ²T)."""
+    """Eigendecomposed KFAC blocks; the posterior precision is block-diag(c·Bₗ ⊗ Aₗ + δₗ I), c = 1/(σ²T).
+
+    Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol; the prior precision must
+    be a scalar or one value per parameter tensor (block). ``H`` is the structure itself (as in
+    laplace-torch, whose ``H`` for KFAC is a Kronecker object with ``to_matrix()``).
+    """
 
     def __init__(self, blocks: list[KronBlock]):
         self.blocks = blocks
@@ -146,21 +154,34 @@ class KronPosterior:
                 lA, QA = torch.linalg.eigh(b.A)
                 self.eig.append((lB.clamp(min=0), QB, lA.clamp(min=0), QA))
         self.sizes = [b.size for b in blocks]
+        self.n_params = sum(self.sizes)
+        self.route, self.tuning = "auto", False
+
+    @property
+    def H(self) -> KronPosterior:
+        return self
 
     def to_matrix(self) -> Tensor:
         """The block-diagonal H (P, P): for tests and small P only."""
         return torch.block_diag(*[b.to_matrix() for b in self.blocks])
 
+    def deltas(self, prior: Tensor) -> Tensor:
+        """The prior precision as one value per block, (n_blocks,)."""
+        return kron_prior(prior, len(self.blocks))
+
     def _eigvals(self, i: int) -> Tensor:
         lB, _, lA, _ = self.eig[i]
         return lB if lA is None else torch.outer(lB, lA).reshape(-1)
 
-    def precision_eigvals(self, deltas: Tensor, factor: Tensor) -> list[Tensor]:
-        """c·λ + δₗ for each block. deltas: one per block (P₀ per parameter tensor)."""
+    def precision_eigvals(self, prior: Tensor, factor: Tensor) -> list[Tensor]:
+        """c·λ + δₗ for each block, in the block's eigenbasis."""
+        deltas = self.deltas(prior)
         return [factor * self._eigvals(i) + deltas[i] for i in range(len(self.blocks))]
 
-    def log_det(self, deltas: Tensor, factor: Tensor) -> Tensor:
-        return sum(ev.log().sum() for ev in self.precision_eigvals(deltas, factor))
+    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
+        if self.route == "eigen":
+            raise ValueError("evidence_route='eigen' is for hessian_structure='full', not 'kron'")
+        return sum(ev.log().sum() for ev in self.precision_eigvals(prior, factor))
 
     def _rotate(self, i: int, V: Tensor, inverse: bool = False) -> Tensor:
         """(Q_B ⊗ Q_A)ᵀ v (or Q v with ``inverse``) for each row of V (M, size)."""
@@ -171,22 +192,22 @@ class KronPosterior:
         W = QB @ W @ QA.T if inverse else QB.T @ W @ QA
         return W.reshape(V.shape[0], -1)
 
-    def functional_variance(self, J: Tensor, deltas: Tensor, factor: Tensor) -> Tensor:
+    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
         """J Σ Jᵀ per input, block by block in the eigenbases. J: (N, K, P) → (N, K, K)."""
         N, K, P = J.shape
         J2 = J.reshape(N * K, P)
         out = torch.zeros(N, K, K, dtype=J.dtype, device=J.device)
         start = 0
-        for i, ev in enumerate(self.precision_eigvals(deltas, factor)):
+        for i, ev in enumerate(self.precision_eigvals(prior, factor)):
             Jt = self._rotate(i, J2[:, start : start + self.sizes[i]]).reshape(N, K, -1)
             out = out + torch.einsum("nkp,p,nlp->nkl", Jt, 1 / ev, Jt)
             start += self.sizes[i]
         return out
 
-    def covariance_diag(self, deltas: Tensor, factor: Tensor) -> Tensor:
+    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
         """diag(Σ), (P,)."""
         parts = []
-        for i, ev in enumerate(self.precision_eigvals(deltas, factor)):
+        for i, ev in enumerate(self.precision_eigvals(prior, factor)):
             _, QB, _, QA = self.eig[i]
             if QA is None:
                 parts.append(QB**2 @ (1 / ev))
@@ -194,10 +215,51 @@ class KronPosterior:
                 parts.append((QB**2 @ (1 / ev).reshape(QB.shape[0], -1) @ (QA**2).T).reshape(-1))
         return torch.cat(parts)
 
-    def sample(self, n_samples: int, deltas: Tensor, factor: Tensor, generator=None, dtype=None) -> Tensor:
+    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
         """Draws from N(0, Σ), (S, P): Q diag(ev)^-½ ε per block."""
         parts = []
-        for i, ev in enumerate(self.precision_eigvals(deltas, factor)):
+        for i, ev in enumerate(self.precision_eigvals(prior, factor)):
             eps = randn((n_samples, ev.numel()), ev, generator)
             parts.append(self._rotate(i, eps / ev.sqrt(), inverse=True))
         return torch.cat(parts, dim=1)
+
+    def precision(self, prior: Tensor, factor: Tensor) -> KronMatrix:
+        """P in Kronecker form (``to_matrix()`` for the dense P×P on small problems)."""
+        return KronMatrix(self, self.precision_eigvals(prior, factor))
+
+    def covariance(self, prior: Tensor, factor: Tensor) -> KronMatrix:
+        """Σ = P⁻¹ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
+        return KronMatrix(self, [1 / ev for ev in self.precision_eigvals(prior, factor)])
+
+
+@dataclass
+class KronMatrix:
+    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ): a posterior precision or covariance of KFAC."""
+
+    structure: KronPosterior
+    values: list[Tensor]
+
+    def to_matrix(self) -> Tensor:
+        """The dense (P, P) matrix: for tests and small P only."""
+        blocks = []
+        for i, v in enumerate(self.values):
+            # rows of the rotated identity are the Kronecker eigenvectors: it is Qᵀ
+            Qt = self.structure._rotate(i, torch.eye(v.numel(), dtype=v.dtype, device=v.device), inverse=True)
+            blocks.append((Qt.T * v) @ Qt)
+        return torch.block_diag(*blocks)
+
+    def diag(self) -> Tensor:
+        return self.to_matrix().diagonal()
+
+
+def kron_prior(prior: Tensor, n_blocks: int) -> Tensor:
+    """A prior precision as one value per parameter tensor (KFAC block), (n_blocks,); a scalar is
+    repeated. One value per parameter cannot be expressed by KFAC's eigendecompositions: ValueError."""
+    if prior.numel() == 1:
+        return prior.reshape(()).expand(n_blocks)
+    if prior.ndim != 1 or prior.numel() != n_blocks:
+        raise ValueError(
+            "hessian_structure='kron' needs a scalar prior_precision or one value per parameter tensor "
+            f"({n_blocks}), got shape {tuple(prior.shape)}"
+        )
+    return prior

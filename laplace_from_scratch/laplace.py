@@ -6,20 +6,26 @@
     la.log_marginal_likelihood()          # scalar, differentiable in prior_precision / sigma_noise
     f_mu, f_var = la(x, pred_type="glm")  # regression: (N, K), (N, K, K)
     probs = la(x, link_approx="probit")   # classification: (N, C) class probabilities
-
-Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2 logits) and
-``"binary_classification"`` (one logit, sigmoid; laplace-torch 0.3 has no such option, it is the
-two-class softmax with one logit pinned at 0). Classification predictives return (N, C) with C = 2
-for the binary case.
     la.sample(100)                        # (100, P)
 
-Argument names, conventions and return shapes follow laplace-torch 0.3, so either can be
-swapped for the other; unlike laplace-torch (whose defaults are ``last_layer`` and ``kron``),
-the defaults here are ``"all"`` and ``"full"``. Implemented: ``subset_of_weights`` in
-{``"all"``, ``"last_layer"``} × ``hessian_structure`` in {``"full"``, ``"diag"``, ``"kron"``}. With
-``"diag"`` H, the posterior precision and ``posterior_variance`` are (P,) vectors, as in laplace-torch;
-with ``"kron"`` H is a :class:`KronPosterior` (KFAC blocks, eigendecomposed) and the prior precision
-is a scalar or one value per parameter tensor.
+Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2 logits; integer,
+one-hot or probability targets) and ``"binary_classification"`` (one logit, sigmoid; laplace-torch 0.3
+has no such option: it is the two-class softmax with one logit pinned at 0; C = 2 in its predictives).
+
+Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (the last ``nn.Linear`` of an
+``nn.Sequential`` on frozen features) or ``"subnetwork"`` (the flat parameter indices
+``subnetwork_indices``, full GGN over them, as laplace-torch's ``SubnetLaplace``). Structures
+(``hessian_structure``): ``"full"``, ``"diag"``, ``"kron"`` (KFAC), ``"lowrank"`` (top-``rank``
+eigenpairs of the GGN) and ``"matfree"`` (GGN-vector products only: CG, Lanczos, SLQ); options of a
+structure (``rank``, ``n_probes``, ...) are passed as keyword arguments.
+
+**Defaults differ from laplace-torch's**: ours are ``"all"`` and ``"full"`` (the reference every other
+structure is measured against), laplace-torch's are ``"last_layer"`` and ``"kron"``. Pass both
+arguments to get the same object from either library.
+
+Everything structure-specific lives in a posterior object (``posterior.py`` protocol; ``la.structure``
+after ``fit``); this class holds the hyperparameters, runs the fit loop, and composes the evidence,
+predictions and tuning from that object's five methods.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -27,50 +33,59 @@ Shapes: N inputs, K outputs, P parameters, S samples.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from .curvature import ggn_diagonal, whitened_jacobians
-from .devices import as_like, check_device, randn
-from .diag import DiagGGN
-from .functional import last_layer_functional, make_functional
+from .devices import as_like, check_device
+from .functional import Functional, last_layer_functional, make_functional
 from .jacobians import jacobian
-from .kron import KFAC, KronPosterior
-from .layers import supported_layers
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
-from .posterior import (
-    EigenPosterior,
-    cholesky,
-    covariance_from_cholesky,
-    log_det_from_cholesky,
-    posterior_precision,
-    prior_precision_diag,
-    sample_from_cholesky,
-)
-from .predictive import (
-    laplace_bridge,
-    linearized_samples,
-    mc_sigmoid,
-    mc_softmax,
-    nn_samples,
-    probit,
-    probit_binary,
-    two_class,
-)
-
-# keep the whitened Jacobians (N·K, P) for the dual evidence route when N·K < P and they are this small
-MAX_DUAL_ENTRIES = 50_000_000
+from .posterior import prior_precision_diag
+from .predictive import linearized_samples, nn_samples
+from .structures import PRIORS, STRUCTURES, check_combination, make_builder
 
 LIKELIHOODS = ("regression", "classification", "binary_classification")
 SUBSETS = ("all", "last_layer", "subnetwork")
-STRUCTURES = ("full", "diag", "kron", "lowrank", "gp")
+
+
+@dataclass
+class Weights:
+    """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the parameter tensor sizes,
+    and what the curvature builders see: ``module`` on inputs ``features(x)`` (None where only f exists),
+    with functional form ``f_in``."""
+
+    f: Functional
+    theta: Tensor
+    sizes: list[int]
+    module: nn.Module | None
+    features: nn.Module | None
+    f_in: Functional
+
+
+def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Weights:
+    if subset == "last_layer":
+        f, theta, sizes = last_layer_functional(model)
+        g = make_functional(model[-1])[0]
+        return Weights(f, theta, sizes, model[-1], model[:-1], g)
+    f_all, theta_all = make_functional(model)
+    if subset == "all":
+        return Weights(
+            f_all, theta_all, [p.numel() for p in model.parameters() if p.requires_grad], model, None, f_all
+        )
+    idx = _check_indices(indices, theta_all.numel())
+
+    def f_sub(theta_s: Tensor, X: Tensor) -> Tensor:  # the other weights stay at θ*
+        return f_all(theta_all.index_put((idx,), theta_s), X)
+
+    return Weights(f_sub, theta_all[idx], [idx.numel()], None, None, f_sub)
 
 
 class Laplace:
-    """Laplace approximation N(θ*, P⁻¹) with P = H/(σ²T) + diag(p₀) over all weights of ``model``."""
+    """Laplace approximation N(θ*, P⁻¹) with P = c·H + diag(p₀), c = 1/(σ²T), over the chosen weights."""
 
     def __init__(
         self,
@@ -82,50 +97,57 @@ class Laplace:
         prior_precision: float | Tensor = 1.0,
         prior_mean: float | Tensor = 0.0,
         temperature: float = 1.0,
+        subnetwork_indices: Tensor | None = None,
+        **structure_options,
     ):
         _check_choice("likelihood", likelihood, LIKELIHOODS)
         _check_choice("subset_of_weights", subset_of_weights, SUBSETS)
         _check_choice("hessian_structure", hessian_structure, STRUCTURES)
-        if subset_of_weights not in ("all", "last_layer"):
-            raise NotImplementedError(f"subset_of_weights={subset_of_weights!r} is not implemented yet")
-        if hessian_structure not in ("full", "diag", "kron"):
-            raise NotImplementedError(f"hessian_structure={hessian_structure!r} is not implemented yet")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        self.model = model
-        self.likelihood = likelihood
-        self.subset_of_weights = subset_of_weights
-        self.hessian_structure = hessian_structure
-        self.temperature = float(temperature)
-        self._f, self.mean, self.param_sizes = self._make_functional()
-        self.n_params = sum(self.param_sizes)
-        self.n_layers = len(self.param_sizes)
+        check_combination(subset_of_weights, hessian_structure)
+        if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
+            raise ValueError("subnetwork_indices go with subset_of_weights='subnetwork', and only with it")
+        self.model, self.likelihood = model, likelihood
+        self.subset_of_weights, self.hessian_structure = subset_of_weights, hessian_structure
+        self.subnetwork_indices, self.structure_options = subnetwork_indices, structure_options
+        self._lik = get_likelihood(likelihood, 1.0)  # Λ at σ = 1: σ enters through c = 1/(σ²T)
+        self.weights = select_weights(model, subset_of_weights, subnetwork_indices)
+        self.mean, self.param_sizes = self.weights.theta, self.weights.sizes
+        self.n_params, self.n_param_tensors = sum(self.param_sizes), len(self.param_sizes)
+        self.temperature = temperature
         self.sigma_noise = sigma_noise
         self.prior_precision = prior_precision
         self.prior_mean = prior_mean
-        self.H: Tensor | None = None
+        self.structure = None  # the fitted posterior structure (posterior.py protocol)
+        self._builder = None
+        self._evidence_route = "auto"
         self.loss: Tensor | None = None
-        self.evidence_route = "auto"  # "auto" | "eigen" | "cholesky"
-        self._Jw: Tensor | None = None
-        self._eigen: EigenPosterior | None = None
-        self._tuning = False  # inside optimize_hyperparameters (the auto evidence route prefers eigen)
-        self._chol: tuple[Tensor, Tensor] | None = None  # (key, Cholesky factor of P) for predictions
-        self.n_data = 0
-        self.n_outputs = 0
+        self.n_data = self.n_outputs = 0
 
-    # ----- hyperparameters -------------------------------------------------------------------
+    # ----- hyperparameters: validated and converted to θ*'s device and dtype when set --------------
+    def _scalar(self, value, name: str) -> Tensor:
+        t = as_like(value, self.mean, name)
+        if t.ndim > 1 or t.numel() != 1 or not bool(torch.isfinite(t)) or not t.item() > 0:
+            raise ValueError(f"{name} must be one positive finite number, got {value!r}")
+        return t.reshape(())
+
+    @property
+    def temperature(self) -> Tensor:
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value: float | Tensor) -> None:
+        self._temperature = self._scalar(value, "temperature")
+
     @property
     def sigma_noise(self) -> Tensor:
         return self._sigma_noise
 
     @sigma_noise.setter
     def sigma_noise(self, value: float | Tensor) -> None:
-        sigma = as_like(value, self.mean, "sigma_noise")
-        if sigma.numel() != 1 or not sigma.item() > 0:
-            raise ValueError(f"sigma_noise must be one positive number, got {value}")
-        if self.likelihood != "regression" and sigma.item() != 1:
+        sigma = self._scalar(value, "sigma_noise")
+        if not self._lik.has_noise and sigma.item() != 1:
             raise ValueError("sigma_noise must be 1 for classification")
-        self._sigma_noise = sigma.reshape(())
+        self._sigma_noise = sigma
 
     @property
     def prior_precision(self) -> Tensor:
@@ -134,13 +156,20 @@ class Laplace:
     @prior_precision.setter
     def prior_precision(self, value: float | Tensor) -> None:
         p0 = as_like(value, self.mean, "prior_precision")
-        prior_precision_diag(p0, self.param_sizes)  # validates shape and sign
+        kind = {1: "scalar", self.n_param_tensors: "layerwise", self.n_params: "diag"}.get(p0.numel())
+        if p0.ndim > 1 or kind is None:
+            raise ValueError(
+                f"prior_precision must be a scalar, {self.n_param_tensors} values (one per parameter tensor) "
+                f"or {self.n_params} values (one per parameter); got shape {tuple(p0.shape)}"
+            )
+        if kind not in PRIORS[self.hessian_structure]:
+            raise ValueError(
+                f"hessian_structure={self.hessian_structure!r} supports a prior precision that is "
+                f"{' or '.join(PRIORS[self.hessian_structure])}, not {kind} ({p0.numel()} values)"
+            )
+        if not torch.all(torch.isfinite(p0) & (p0 > 0)):
+            raise ValueError("prior_precision must be positive and finite")
         self._prior_precision = p0
-
-    @property
-    def prior_precision_diag(self) -> Tensor:
-        """p₀ expanded to one value per parameter, (P,)."""
-        return prior_precision_diag(self.prior_precision, self.param_sizes)
 
     @property
     def prior_mean(self) -> Tensor:
@@ -149,187 +178,124 @@ class Laplace:
     @prior_mean.setter
     def prior_mean(self, value: float | Tensor) -> None:
         mu0 = as_like(value, self.mean, "prior_mean")
-        if mu0.numel() not in (1, self.n_params):
+        if mu0.ndim > 1 or mu0.numel() not in (1, self.n_params):
             raise ValueError(
-                f"prior_mean must be a scalar or have {self.n_params} entries, got {tuple(mu0.shape)}"
+                f"prior_mean must be a scalar or ({self.n_params},), got shape {tuple(mu0.shape)}"
             )
-        self._prior_mean = mu0
-
-    def _make_functional(self) -> tuple:
-        """f(θ, x), θ* and the parameter tensor sizes of the weights Laplace is over."""
-        if self.subset_of_weights == "last_layer":
-            return last_layer_functional(self.model)
-        f, theta = make_functional(self.model)
-        return f, theta, [p.numel() for p in self.model.parameters() if p.requires_grad]
+        if not torch.all(torch.isfinite(mu0)):
+            raise ValueError("prior_mean must be finite")
+        self._prior_mean = mu0.reshape(()) if mu0.numel() == 1 else mu0
 
     @property
-    def _diag(self) -> bool:
-        return self.hessian_structure == "diag"
+    def prior_precision_diag(self) -> Tensor:
+        """p₀ expanded to one value per parameter, (P,)."""
+        return prior_precision_diag(self.prior_precision, self.param_sizes)
 
     @property
-    def _kron(self) -> bool:
-        return self.hessian_structure == "kron"
+    def evidence_route(self) -> str:
+        """``"auto"``, ``"eigen"`` or ``"cholesky"``: how a full posterior computes log det P."""
+        return self._evidence_route
 
-    @property
-    def _block_deltas(self) -> Tensor:
-        """The prior precision as one value per parameter tensor (KFAC block), (n_layers,)."""
-        p0 = self.prior_precision
-        if p0.numel() == 1:
-            return p0.reshape(()).expand(self.n_layers)
-        if p0.numel() != self.n_layers:
-            raise ValueError(
-                "hessian_structure='kron' needs a scalar or one prior precision per parameter tensor"
-            )
-        return p0.reshape(-1)
+    @evidence_route.setter
+    def evidence_route(self, value: str) -> None:
+        _check_choice("evidence_route", value, ("auto", "eigen", "cholesky"))
+        self._evidence_route = value
+        if self.structure is not None:
+            self.structure.route = value
 
     # ----- fitting -------------------------------------------------------------------------
-    def fit(self, train_loader: DataLoader) -> None:
-        """Accumulate H (the GGN of the summed loss, Λ = I for regression) and the loss over the data.
+    def fit(self, train_loader: DataLoader, override: bool = True, progress_bar: bool = False) -> None:
+        """Accumulate the curvature of the summed loss (Λ = I for regression) and the loss over the data.
 
-        Full: H is built as J̃ᵀJ̃ from the Λ^½-whitened Jacobians J̃ of each batch; when N·K < P they are
-        kept for the dual route of the evidence (see :class:`EigenPosterior`). KFAC, and the diagonal of
-        a network whose weights all sit in Linear/Conv2d layers, come layer by layer from one forward
-        and K backward passes per batch (``kron.py``, ``diag.py``); the diagonal of any other network
-        from per-example Jacobians (``curvature.ggn_diagonal``: the same numbers, much slower).
+        ``override=False`` adds the batches to the curvature of the previous ``fit`` (not for low-rank,
+        whose eigendecomposition does not add up). Nothing is changed if the loop fails.
         """
-        self._f, self.mean, _ = self._make_functional()
-        lik = get_likelihood(self.likelihood, 1.0)
-        last = self.subset_of_weights == "last_layer"
-        target = self.model[-1] if last else self.model  # the layers Laplace is over
-        # KFAC, and the diagonal of Linear/Conv2d networks, come layer by layer from one forward and
-        # K backward passes per batch (layers.py); anything else from per-example Jacobians
-        builder = None
-        if self._kron:
-            builder = KFAC(target, lik)
-        elif self._diag and supported_layers(target) is not None:
-            builder = DiagGGN(target, lik)
-        H = None
-        if builder is None:
-            shape = (self.n_params,) if self._diag else (self.n_params, self.n_params)
-            H = torch.zeros(shape, dtype=self.mean.dtype, device=self.mean.device)
-        loss = self.mean.new_zeros(())
-        blocks: list[Tensor] | None = []  # whitened Jacobians for the dual route, while they may be kept
-        n_data = 0
+        w = self.weights
+        if override or self._builder is None:
+            builder = make_builder(
+                self.hessian_structure,
+                w.module,
+                w.f_in,
+                w.theta,
+                self._lik,
+                self.param_sizes,
+                **self.structure_options,
+            )
+            loss, n_data, n_outputs = self.mean.new_zeros(()), 0, 0
+        else:
+            if not getattr(self._builder, "can_update", True):
+                raise ValueError(f"a {self.hessian_structure!r} fit cannot be updated (override=False)")
+            builder, loss, n_data, n_outputs = self._builder, self.loss.clone(), self.n_data, self.n_outputs
+        if progress_bar:
+            from tqdm.auto import tqdm
+
+            train_loader = tqdm(train_loader, desc="Laplace.fit")
         for X, y in train_loader:
             check_device(X, self.mean, "the inputs X")
             check_device(y, self.mean, "the targets y")
-            if builder is not None:  # the builder's own forward pass gives the outputs
-                if last:
-                    with torch.no_grad():
-                        X = self.model[:-1](X)
-                out = builder.update(X)
-            else:
+            if w.features is not None:
                 with torch.no_grad():
-                    out = self._f(self.mean, X)
-            if self.likelihood == "regression":
-                if y.shape != out.shape:
-                    raise ValueError(
-                        f"regression targets y {tuple(y.shape)} must match model outputs {tuple(out.shape)}"
-                    )
-                loss += 0.5 * ((y - out) ** 2).sum()  # ½·SSE, the Gaussian NLL at σ = 1 without its constant
+                    X_in = w.features(X)
             else:
-                loss += lik.nll(out, y)  # Σ cross-entropy (also validates labels and output width)
-            n_data += X.shape[0]
-            if builder is not None:
-                continue
-            if self._diag:
-                H += ggn_diagonal(self._f, self.mean, X, lik)
-                continue
-            Jw = whitened_jacobians(self._f, self.mean, X, lik)
-            H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
-            if blocks is not None:
-                blocks.append(Jw)
-                M = sum(b.shape[0] for b in blocks)
-                if M >= self.n_params or M * self.n_params > MAX_DUAL_ENTRIES:
-                    blocks = None  # too many for the dual route: stop keeping them
+                X_in = X
+            out = builder.update(X_in)
+            loss = loss + self._lik.fit_loss(out, y)  # also checks the targets against the outputs
+            n_data, n_outputs = n_data + X.shape[0], out.shape[-1]
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
-        self._Jw = torch.cat(blocks) if blocks else None
-        self._eigen = self._chol = None
-        if self._kron:
-            H = KronPosterior(builder.blocks())
-        elif builder is not None:
-            H = builder.diagonal()
-        self.H, self.loss, self.n_data, self.n_outputs = H, loss, n_data, out.shape[-1]
+        structure = builder.finish()
+        structure.route = self.evidence_route
+        self.structure, self._builder = structure, builder
+        self.loss, self.n_data, self.n_outputs = loss, n_data, n_outputs
 
-    def _require_fit(self) -> Tensor:
-        if self.H is None:
+    def _post(self):
+        if self.structure is None:
             raise RuntimeError("call Laplace.fit(train_loader) before using the posterior")
-        return self.H
+        return self.structure
 
-    # ----- the posterior -------------------------------------------------------------------
     @property
-    def _H_factor(self) -> Tensor:
+    def H(self):
+        """The curvature in the structure's own form (laplace-torch's ``H``)."""
+        return self._post().H
+
+    # ----- the posterior: the structure's five methods at the current hyperparameters -------------
+    @property
+    def _factor(self) -> Tensor:
+        """c = 1/(σ²T), the factor in front of H."""
         return 1 / (self.sigma_noise**2 * self.temperature)
 
     @property
-    def posterior_precision(self) -> Tensor:
-        """P = H/(σ²T) + diag(p₀): (P, P), or its diagonal (P,) for ``"diag"``."""
-        H = self._require_fit()
-        if self._diag:
-            return self._H_factor * H + self.prior_precision_diag
-        if self._kron:  # dense block-diagonal: for checks on small P
-            return self._H_factor * H.to_matrix() + torch.diag(self.prior_precision_diag)
-        return posterior_precision(H, self.sigma_noise, self.prior_precision_diag, self.temperature)
+    def posterior_precision(self):
+        """P = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with ``to_matrix()`` otherwise."""
+        return self._post().precision(self.prior_precision, self._factor)
+
+    @property
+    def posterior_covariance(self):
+        """Σ = P⁻¹: (P, P) for full and diag (dense: small P), an object with ``to_matrix()`` otherwise."""
+        return self._post().covariance(self.prior_precision, self._factor)
 
     @property
     def posterior_variance(self) -> Tensor:
         """The marginal variances diag(Σ), (P,)."""
-        if self._diag:
-            return 1 / self.posterior_precision
-        if self._kron:
-            return self.H.covariance_diag(self._block_deltas, self._H_factor)
-        return self.posterior_covariance.diagonal()
-
-    @property
-    def posterior_covariance(self) -> Tensor:
-        """Σ = P⁻¹ (P, P), from the Cholesky factor of P (for ``"diag"``: the diagonal matrix)."""
-        if self._diag:
-            return torch.diag(self.posterior_variance)
-        if self._kron:  # dense: for checks on small P
-            return torch.linalg.inv(self.posterior_precision)
-        return covariance_from_cholesky(self._prediction_cholesky())
-
-    def _prediction_cholesky(self) -> Tensor:
-        """The Cholesky factor L of P (full), without autograd, cached until δ, σ, T or H change:
-        predicting batch after batch costs one factorisation, not one per batch."""
-        with torch.no_grad():
-            factor = torch.as_tensor(self._H_factor, dtype=self.mean.dtype, device=self.mean.device)
-            key = torch.cat([self.prior_precision_diag.flatten(), factor.reshape(1)])
-            if self._chol is None or self._chol[0].shape != key.shape or not torch.equal(self._chol[0], key):
-                self._chol = (key.clone(), cholesky(self.posterior_precision))
-        return self._chol[1]
+        return self._post().variance(self.prior_precision, self._factor)
 
     def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
         """θ ~ N(θ*, P⁻¹), (S, P)."""
-        if self._diag:
-            eps = randn((n_samples, self.n_params), self.mean, generator)
-            return self.mean + eps * self.posterior_variance.sqrt()
-        if self._kron:
-            return self.mean + self.H.sample(n_samples, self._block_deltas, self._H_factor, generator)
-        return sample_from_cholesky(self.mean, self._prediction_cholesky(), n_samples, generator)
+        _check_count("n_samples", n_samples)
+        return self.mean + self._post().sample(n_samples, self.prior_precision, self._factor, generator)
 
     def functional_variance(self, J: Tensor) -> Tensor:
         """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
-        if self._diag:
-            return torch.einsum("nkp,p,nlp->nkl", J, self.posterior_variance, J)
-        if self._kron:
-            return self.H.functional_variance(J, self._block_deltas, self._H_factor)
-        # J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ: N·K·P² for the solve instead of P³ for Σ
-        N, K, P = J.shape
-        V = torch.linalg.solve_triangular(self._prediction_cholesky(), J.reshape(N * K, P).T, upper=False)
-        V = V.T.reshape(N, K, P)
-        return V @ V.mT
+        return self._post().functional_variance(J, self.prior_precision, self._factor)
 
     # ----- the evidence --------------------------------------------------------------------
     @property
     def log_likelihood(self) -> Tensor:
-        """log p(D | θ*) at the current σ and T: −½SSE/(σ²T) − N·K·log(σ√2π), or −ΣCE/T."""
-        self._require_fit()
-        ll = -self._H_factor * self.loss
-        if self.likelihood == "regression":
-            ll = ll - self.n_data * self.n_outputs * torch.log(self.sigma_noise * math.sqrt(2 * math.pi))
-        return ll
+        """log p(D | θ*) at the current σ and T: −c·½SSE − N·K·log(σ√2π), or −c·ΣCE."""
+        self._post()
+        return -self._factor * self.loss - self._lik.log_normaliser(
+            self.n_data * self.n_outputs, self.sigma_noise
+        )
 
     @property
     def scatter(self) -> Tensor:
@@ -342,43 +308,8 @@ class Laplace:
         return self.prior_precision_diag.log().sum()
 
     @property
-    def eigen(self) -> EigenPosterior:
-        """The eigendecomposition of H (dual route from the Gram matrix when N·K < P), computed once."""
-        self._require_fit()
-        if self._eigen is None:
-            self._eigen = (
-                EigenPosterior.from_jacobians(self._Jw)
-                if self._Jw is not None
-                else EigenPosterior.from_H(self.H)
-            )
-        return self._eigen
-
-    def _use_eigen(self) -> bool:
-        _check_choice("evidence_route", self.evidence_route, ("auto", "eigen", "cholesky"))
-        if self._diag or self._kron:
-            if self.evidence_route == "eigen":
-                raise ValueError("evidence_route='eigen' is for hessian_structure='full'")
-            return False
-        scalar = self.prior_precision.numel() == 1
-        if self.evidence_route == "eigen" and not scalar:
-            raise ValueError("evidence_route='eigen' needs a scalar prior_precision")
-        if self.evidence_route != "auto":
-            return self.evidence_route == "eigen"
-        # auto: the eigen route costs one eigendecomposition (≈ 10× a Cholesky of P) and then O(P) per δ;
-        # take it for a scalar prior when it is cheap (the N×N dual, N·K < P), already paid for, or about
-        # to be re-used by a δ search. A single evaluation at large P takes one Cholesky instead.
-        return scalar and (self._Jw is not None or self._eigen is not None or self._tuning)
-
-    @property
     def log_det_posterior_precision(self) -> Tensor:
-        """log det P: Σ log for diag; O(r) from the cached eigenvalues for a scalar prior; else Cholesky."""
-        if self._diag:
-            return self.posterior_precision.log().sum()
-        if self._kron:
-            return self.H.log_det(self._block_deltas, self._H_factor)
-        if self._use_eigen():
-            return self.eigen.log_det(self.prior_precision, self.sigma_noise, self.temperature)
-        return log_det_from_cholesky(cholesky(self.posterior_precision))
+        return self._post().log_det(self.prior_precision, self._factor)
 
     @property
     def log_det_ratio(self) -> Tensor:
@@ -387,15 +318,20 @@ class Laplace:
     def log_marginal_likelihood(
         self, prior_precision: float | Tensor | None = None, sigma_noise: float | Tensor | None = None
     ) -> Tensor:
-        """log p(D) ≈ log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)).
+        """log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)), differentiable in δ and σ.
 
-        Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch does);
-        the result is differentiable in both.
+        Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch does); both are
+        validated before either is set.
         """
-        if prior_precision is not None:
-            self.prior_precision = prior_precision
-        if sigma_noise is not None:
-            self.sigma_noise = sigma_noise
+        old = self._prior_precision, self._sigma_noise
+        try:
+            if prior_precision is not None:
+                self.prior_precision = prior_precision
+            if sigma_noise is not None:
+                self.sigma_noise = sigma_noise
+        except (TypeError, ValueError):
+            self._prior_precision, self._sigma_noise = old
+            raise
         return laplace_evidence(
             self.log_likelihood, self.log_det_posterior_precision, self.log_det_prior_precision, self.scatter
         )
@@ -418,30 +354,40 @@ class Laplace:
     ) -> None:
         """Set the prior precision by the evidence (``"marglik"``) or on validation data (``"gridsearch"``).
 
-        Defaults are laplace-torch's: Adam on log δ, lr 0.1, 100 steps from δ = 1, scalar.
-        ``prior_structure="layerwise"`` tunes one δ per parameter tensor (Cholesky route).
-        Grid search picks, among ``grid_size`` values 10^[min, max], the δ with the lowest negative
-        log predictive density on ``val_loader`` (laplace-torch's default for regression is the MSE of the
-        mean, which does not depend on δ for the GLM predictive).
+        Defaults are laplace-torch's: Adam on log δ, lr 0.1, 100 steps from δ = 1, scalar;
+        ``prior_structure="layerwise"`` tunes one δ per parameter tensor. Grid search picks, among
+        ``grid_size`` values 10^[min, max], the δ with the lowest negative log predictive density on
+        ``val_loader``. Every argument is checked before anything changes, and a failure restores δ.
         """
         _check_choice("method", method, ("marglik", "gridsearch"))
         _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
-        self._require_fit()
+        self._post()
         if method == "marglik":
             if val_loader is not None:
                 raise ValueError("val_loader is only used by method='gridsearch'")
-            self.prior_precision = init_prior_prec
-            self.optimize_hyperparameters(n_steps, lr, tune_sigma=False, prior_structure=prior_structure)
+            _check_count("n_steps", n_steps)
+            _check_positive("lr", lr)
+            old = self._prior_precision
+            try:
+                self.prior_precision = init_prior_prec
+                self.optimize_hyperparameters(n_steps, lr, tune_sigma=False, prior_structure=prior_structure)
+            except BaseException:
+                self._prior_precision = old
+                raise
             return
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
+        _check_count("grid_size", grid_size)
         grid = torch.logspace(
             log_prior_prec_min, log_prior_prec_max, grid_size, dtype=self.mean.dtype, device=self.mean.device
         )
-        scores = []
-        for delta in grid:
-            self.prior_precision = delta
-            scores.append(self._validation_nll(val_loader, pred_type, link_approx, n_samples))
+        old, scores = self._prior_precision, []
+        try:
+            for delta in grid:
+                self.prior_precision = delta
+                scores.append(self._validation_nll(val_loader, pred_type, link_approx, n_samples))
+        finally:
+            self._prior_precision = old
         self.prior_precision = grid[min(range(len(scores)), key=scores.__getitem__)]
 
     def optimize_hyperparameters(
@@ -449,24 +395,27 @@ class Laplace:
     ) -> list[float]:
         """Maximise the evidence jointly over δ and (regression) σ by Adam on their logs.
 
-        Starts from the current values; returns the evidence before each step.
+        Starts from the current values; returns the evidence before each step (laplace-torch's scheme: the
+        values after the last step are kept).
         """
         _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
-        self._require_fit()
+        _check_count("n_steps", n_steps)
+        _check_positive("lr", lr)
+        self._post()
         init = {"prior_precision": self.prior_precision.clone()}
         if prior_structure == "layerwise" and init["prior_precision"].numel() == 1:
-            init["prior_precision"] = init["prior_precision"].reshape(()).expand(self.n_layers).clone()
+            init["prior_precision"] = init["prior_precision"].reshape(()).expand(self.n_param_tensors).clone()
         if tune_sigma:
-            if self.likelihood != "regression":
+            if not self._lik.has_noise:
                 raise ValueError("sigma_noise can only be tuned for regression")
             init["sigma_noise"] = self.sigma_noise.clone()
-        self._tuning = True
+        self.structure.tuning = True
         try:
             best, history = maximize_on_logs(
                 lambda **kw: self.log_marginal_likelihood(**kw), init, n_steps, lr
             )
         finally:
-            self._tuning = False
+            self.structure.tuning = False
         for name, value in best.items():
             setattr(self, name, value)
         return history
@@ -478,20 +427,29 @@ class Laplace:
             for X, y in loader:
                 check_device(X, self.mean, "the validation inputs X")
                 check_device(y, self.mean, "the validation targets y")
-                if self.likelihood == "regression":
-                    mu, var = self(X, pred_type=pred_type, n_samples=n_samples)
-                    var = var.diagonal(dim1=-2, dim2=-1) if var.ndim == 3 else var
-                    dist = torch.distributions.Normal(mu, (var + self.sigma_noise**2).sqrt())
-                    total -= dist.log_prob(y).sum().item()
-                else:
-                    p = self(X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples)
-                    total -= (
-                        p.gather(1, y.unsqueeze(1)).clamp(min=torch.finfo(p.dtype).tiny).log().sum().item()
-                    )
+                pred = self(X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples)
+                total += self._lik.predictive_nll(pred, y, self.sigma_noise).item()
                 count += X.shape[0]
+        if count == 0:
+            raise ValueError("val_loader yielded no data")
         return total / count
 
     # ----- predictions ---------------------------------------------------------------------
+    def jacobians(self, x: Tensor) -> Tensor:
+        """J = ∂f(x; θ)/∂θ at θ* over the Laplace weights, (N, K, P)."""
+        return jacobian(self.weights.f, self.mean, x)
+
+    def glm_predictive(self, x: Tensor, joint: bool = False) -> tuple[Tensor, Tensor]:
+        """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without σ²); with
+        ``joint=True`` over all N·K outputs together: (N·K,) and (N·K, N·K)."""
+        with torch.no_grad():
+            f_mu = self.weights.f(self.mean, x)
+        J = self.jacobians(x)
+        if joint:
+            N, K, P = J.shape
+            return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
+        return f_mu, self.functional_variance(J)
+
     def __call__(
         self,
         x: Tensor,
@@ -499,53 +457,73 @@ class Laplace:
         link_approx: str = "probit",
         n_samples: int = 100,
         generator: torch.Generator | None = None,
+        joint: bool = False,
+        diagonal_output: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The predictive at inputs x (N, ...).
 
-        Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ without σ²;
+        Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ without σ²
+        (``diagonal_output``: f_var (N, K); ``joint``: over all outputs, (N·K,) and (N·K, N·K));
         ``pred_type="nn"`` → mean and variance (N, K) of the network at posterior samples.
-        Classification: class probabilities (N, C), by ``link_approx="probit"``, ``"mc"`` or
-        ``"bridge"`` (softmax only) for the GLM, or by averaging softmax (sigmoid) over posterior
-        samples of the network (``pred_type="nn"``). C = K, or 2 for ``"binary_classification"``.
+        Classification: class probabilities (N, C), by ``link_approx`` in "probit", "mc", "bridge",
+        "bridge_norm" (softmax only) for the GLM (``diagonal_output``: MC over a diagonal f_var), or by
+        averaging softmax (sigmoid) over sampled networks (``pred_type="nn"``).
         """
         _check_choice("pred_type", pred_type, ("glm", "nn"))
-        _check_choice("link_approx", link_approx, ("probit", "mc", "bridge"))
-        binary = self.likelihood == "binary_classification"
-        if binary and link_approx == "bridge":
-            raise ValueError("link_approx='bridge' needs K ≥ 2 logits; use 'probit' or 'mc' for one logit")
-        if pred_type == "nn" and link_approx != "mc":
-            link_approx = "mc"
+        _check_choice("link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm"))
+        _check_count("n_samples", n_samples)
         if not isinstance(x, Tensor) or x.ndim < 2:
-            raise ValueError(
-                "x must be a tensor of shape (N, ...) with a batch dimension, "
-                f"got {getattr(x, 'shape', type(x))}"
-            )
+            got = getattr(x, "shape", type(x))
+            raise ValueError(f"x must be a tensor of shape (N, ...) with a batch dimension, got {got}")
         check_device(x, self.mean, "x")
         if pred_type == "nn":
-            samples = nn_samples(self._f, x, self.sample(n_samples, generator))
-            if self.likelihood == "regression":
-                return samples.mean(0), samples.var(0)
-            if binary:
-                return two_class(torch.sigmoid(samples[..., 0]).mean(0))
-            return torch.softmax(samples, -1).mean(0)
-        with torch.no_grad():
-            f_mu = self._f(self.mean, x)
-        f_var = self.functional_variance(jacobian(self._f, self.mean, x))
-        if self.likelihood == "regression":
-            return f_mu, f_var
-        if link_approx == "probit":
-            return probit_binary(f_mu, f_var) if binary else probit(f_mu, f_var)
-        if link_approx == "bridge":
-            return laplace_bridge(f_mu, f_var)
-        return (mc_sigmoid if binary else mc_softmax)(f_mu, f_var, n_samples, generator)
+            return self._lik.nn_link(nn_samples(self.weights.f, x, self.sample(n_samples, generator)))
+        reg = self._lik.has_noise
+        f_mu, f_var = self.glm_predictive(x, joint=joint and reg)
+        if diagonal_output and not joint:
+            f_var = f_var.diagonal(dim1=-2, dim2=-1)
+            if not reg:  # the MC link samples from the diagonal Gaussian
+                f_var = torch.diag_embed(f_var)
+        return self._lik.link(f_mu, f_var, link_approx, n_samples, generator)
 
     def glm_samples(
         self, x: Tensor, n_samples: int = 100, generator: torch.Generator | None = None
     ) -> Tensor:
         """Outputs of the linearised network at posterior samples, (S, N, K)."""
-        return linearized_samples(self._f, self.mean, x, self.sample(n_samples, generator))
+        return linearized_samples(self.weights.f, self.mean, x, self.sample(n_samples, generator))
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _check_count(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_positive(name: str, value) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and value > 0)
+    ):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def _check_indices(indices: Tensor | None, n_params: int) -> Tensor:
+    if (
+        not isinstance(indices, Tensor)
+        or indices.dtype != torch.long
+        or indices.ndim != 1
+        or indices.numel() == 0
+    ):
+        raise ValueError("subnetwork_indices must be a non-empty 1-D LongTensor of flat parameter indices")
+    if indices.min() < 0 or indices.max() >= n_params:
+        raise ValueError(
+            f"subnetwork_indices must lie in [0, {n_params}), got [{indices.min()}, {indices.max()}]"
+        )
+    if indices.unique().numel() != indices.numel():
+        raise ValueError("subnetwork_indices must not repeat an index")
+    return indices

@@ -95,7 +95,5 @@ def backprop_output_hessian_sqrt(
     S = symmetric_sqrt(likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
     zs = [outputs[m] for m in layers]
     K = f.shape[1]
-    grads = [
-        list(torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < K - 1)) for c in range(K)
-    ]
+    grads = [list(torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < K - 1)) for c in range(K)]
     return Backprop(f.detach(), [inputs[m] for m in layers], grads)

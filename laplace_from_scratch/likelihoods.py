@@ -12,7 +12,13 @@ Both are for the *summed* loss over the data, as in laplace-torch:
   [0, 1]ᵀ (diag p − p pᵀ) [0, 1] = p₁(1 − p₁). laplace-torch 0.3 has no binary likelihood; the
   tests compare against it through exactly this embedding.
 
-Shapes: N examples, K outputs.
+Each likelihood also owns what the rest of the module needs to know about it, so that nothing else
+switches on its name: the part of the loss that the factor 1/(σ²T) scales (``fit_loss``), the
+normalising constant (``log_normaliser``), the usual mean loss and its weight-decay mapping
+(``mean_loss``, ``prior_precision_per_weight_decay``), the predictive link (``link``, ``nn_link``) and
+the validation score (``predictive_nll``).
+
+Shapes: N examples, K outputs, C classes, S samples.
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .predictive import laplace_bridge, mc_sigmoid, mc_softmax, probit, probit_binary, two_class
+
+LINKS = ("probit", "mc", "bridge", "bridge_norm")
 
 
 class Gaussian:
@@ -51,6 +61,41 @@ class Gaussian:
         """∂(−log p)/∂f = (f − y)/σ² per example. (N, K)."""
         return (f - y) / self.sigma_noise**2
 
+    has_noise = True
+
+    def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (P's factor 1/(σ²T) scales it)."""
+        _check_regression(f, y)
+        return 0.5 * ((y - f) ** 2).sum()
+
+    def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
+        """N·K·log(σ√2π), the constant of the summed Gaussian NLL over ``n_terms`` = N·K entries."""
+        return n_terms * torch.log(sigma_noise * math.sqrt(2 * math.pi))
+
+    def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """``nn.MSELoss()``: the mean over all N·K entries."""
+        return F.mse_loss(f, y)
+
+    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
+        """δ = N·K/(2σ²) per unit of weight decay: the MSE mean is over N·K entries, the NLL has 1/(2σ²)."""
+        return n_data * n_outputs / (2 * sigma_noise**2)
+
+    def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
+        """The GLM predictive of f itself: (f_mu (N, K), f_var (N, K, K)), f_var without σ²."""
+        return f_mu, f_var
+
+    def nn_link(self, samples: Tensor):
+        """Mean and variance (N, K) of the network outputs over S samples (S, N, K)."""
+        return samples.mean(0), samples.var(0)
+
+    def predictive_nll(self, prediction, y: Tensor, sigma_noise: Tensor) -> Tensor:
+        """Σ −log N(y | f_mu, diag f_var + σ²) of a prediction (f_mu, f_var) from :meth:`link` or
+        :meth:`nn_link`."""
+        mu, var = prediction
+        var = var.diagonal(dim1=-2, dim2=-1) if var.ndim == 3 else var
+        _check_regression(mu, y)
+        return -torch.distributions.Normal(mu, (var + sigma_noise**2).sqrt()).log_prob(y).sum()
+
 
 class Categorical:
     """Softmax classification over K classes; labels are integers in [0, K)."""
@@ -64,13 +109,53 @@ class Categorical:
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = diag(pₙ) − pₙ pₙᵀ with p = softmax(f). f: (N, K) → (N, K, K)."""
+        _check_logits(f)
         p = torch.softmax(f, dim=-1)
         return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
 
     def output_gradient(self, f: Tensor, y: Tensor) -> Tensor:
         """∂(−log p)/∂f = softmax(f) − onehot(y) per example. (N, K)."""
         _check_classification(f, y)
-        return torch.softmax(f, dim=-1) - F.one_hot(y, f.shape[-1]).to(f.dtype)
+        target = y.to(f.dtype) if y.is_floating_point() else F.one_hot(y, f.shape[-1]).to(f.dtype)
+        return torch.softmax(f, dim=-1) - target
+
+    has_noise = False
+
+    def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """The summed negative log-likelihood (it has no constant)."""
+        return self.nll(f, y)
+
+    def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
+        return sigma_noise.new_zeros(())
+
+    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
+        """δ = N per unit of weight decay (the mean cross-entropy is over N examples)."""
+        return float(n_data)
+
+    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None) -> Tensor:
+        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
+        (probability targets (N, C): the cross-entropy −Σ y log p)."""
+        logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
+        if y.is_floating_point():
+            return -(y * logp).sum()
+        return -logp.gather(1, y.unsqueeze(1)).sum()
+
+    def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """The mean cross-entropy (``nn.CrossEntropyLoss()``)."""
+        return F.cross_entropy(f, y)
+
+    def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
+        """Class probabilities (N, K) of the Gaussian over the logits, by ``link_approx``."""
+        _check_link(link_approx)
+        if link_approx == "probit":
+            return probit(f_mu, f_var)
+        if link_approx == "mc":
+            return mc_softmax(f_mu, f_var, n_samples, generator)
+        return laplace_bridge(f_mu, f_var, normalize=link_approx == "bridge_norm")
+
+    def nn_link(self, samples: Tensor) -> Tensor:
+        """Mean softmax over S sampled networks' logits (S, N, K) → (N, K)."""
+        return torch.softmax(samples, -1).mean(0)
 
 
 class Bernoulli:
@@ -85,6 +170,7 @@ class Bernoulli:
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = σ(fₙ)(1 − σ(fₙ)). f: (N, 1) → (N, 1, 1)."""
+        _check_one_logit(f)
         p = torch.sigmoid(f)
         return (p * (1 - p)).unsqueeze(-1)
 
@@ -92,6 +178,44 @@ class Bernoulli:
         """∂(−log p)/∂f = σ(f) − y per example. (N, 1)."""
         _check_binary(f, y)
         return torch.sigmoid(f) - y.to(f.dtype).unsqueeze(-1)
+
+    has_noise = False
+
+    def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """The summed negative log-likelihood (it has no constant)."""
+        return self.nll(f, y)
+
+    def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
+        return sigma_noise.new_zeros(())
+
+    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
+        """δ = N per unit of weight decay (the mean cross-entropy is over N examples)."""
+        return float(n_data)
+
+    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None) -> Tensor:
+        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
+        (probability targets (N, C): the cross-entropy −Σ y log p)."""
+        logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
+        if y.is_floating_point():
+            return -(y * logp).sum()
+        return -logp.gather(1, y.unsqueeze(1)).sum()
+
+    def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """The mean binary cross-entropy (``nn.BCEWithLogitsLoss()``)."""
+        return F.binary_cross_entropy_with_logits(f[:, 0], y.to(f.dtype))
+
+    def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
+        """Class probabilities (N, 2) of the Gaussian over the one logit, by ``link_approx``."""
+        _check_link(link_approx)
+        if link_approx.startswith("bridge"):
+            raise ValueError("link_approx='bridge' needs K ≥ 2 logits; use 'probit' or 'mc' for one logit")
+        if link_approx == "probit":
+            return probit_binary(f_mu, f_var)
+        return mc_sigmoid(f_mu, f_var, n_samples, generator)
+
+    def nn_link(self, samples: Tensor) -> Tensor:
+        """Mean sigmoid over S sampled networks' logits (S, N, 1) → (N, 2)."""
+        return two_class(torch.sigmoid(samples[..., 0]).mean(0))
 
 
 Likelihood = Gaussian | Categorical | Bernoulli
@@ -112,6 +236,11 @@ def get_likelihood(likelihood: str | Likelihood, sigma_noise: float = 1.0) -> Li
     raise ValueError(f"likelihood must be one of {NAMES}, got {likelihood!r}")
 
 
+def _check_link(link_approx: str) -> None:
+    if link_approx not in LINKS:
+        raise ValueError(f"link_approx must be one of {LINKS}, got {link_approx!r}")
+
+
 def _check_regression(f: Tensor, y: Tensor) -> None:
     if f.shape != y.shape:
         raise ValueError(f"regression targets y {tuple(y.shape)} must match outputs {tuple(f.shape)}")
@@ -122,7 +251,7 @@ def _check_labels(y: Tensor) -> None:
         raise ValueError(f"classification labels must be integers, got dtype {y.dtype}")
 
 
-def _check_classification(f: Tensor, y: Tensor) -> None:
+def _check_logits(f: Tensor) -> None:
     if f.ndim != 2:
         raise ValueError(f"classification outputs must be (N, K) logits, got {tuple(f.shape)}")
     if f.shape[1] < 2:
@@ -130,6 +259,26 @@ def _check_classification(f: Tensor, y: Tensor) -> None:
             "a softmax over one logit is constant: 'classification' needs K ≥ 2 outputs; "
             "for one logit with a sigmoid use 'binary_classification'"
         )
+
+
+def _check_one_logit(f: Tensor) -> None:
+    if f.ndim != 2 or f.shape[1] != 1:
+        raise ValueError(
+            f"binary_classification needs one logit per example, outputs (N, 1), got {tuple(f.shape)}; "
+            "for K ≥ 2 logits with a softmax use 'classification'"
+        )
+
+
+def _check_classification(f: Tensor, y: Tensor) -> None:
+    _check_logits(f)
+    if y.is_floating_point() and y.ndim == 2:  # one-hot or class-probability targets (N, K)
+        if y.shape != f.shape:
+            raise ValueError(
+                f"probability targets y {tuple(y.shape)} must have the outputs' shape {tuple(f.shape)}"
+            )
+        if not (torch.all(y >= 0) and torch.allclose(y.sum(-1), torch.ones_like(y[:, 0]), atol=1e-6)):
+            raise ValueError("probability targets must be non-negative with rows that sum to 1")
+        return
     _check_labels(y)
     if y.shape != f.shape[:1]:
         raise ValueError(f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)")
@@ -138,11 +287,7 @@ def _check_classification(f: Tensor, y: Tensor) -> None:
 
 
 def _check_binary(f: Tensor, y: Tensor) -> None:
-    if f.ndim != 2 or f.shape[1] != 1:
-        raise ValueError(
-            f"binary_classification needs one logit per example, outputs (N, 1), got {tuple(f.shape)}; "
-            "for K ≥ 2 logits with a softmax use 'classification'"
-        )
+    _check_one_logit(f)
     _check_labels(y)
     if y.shape != f.shape[:1]:
         raise ValueError(f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)")

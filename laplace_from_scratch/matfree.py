@@ -179,3 +179,188 @@ def functional_variance_cg(
     N, K, P = J.shape
     solves = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)[0].T.reshape(N, K, P)
     return torch.einsum("nkp,nlp->nkl", J, solves)
+
+
+# ----- matrix-free Laplace as a posterior structure ------------------------------------------------
+
+
+def slq_log_det_and_inverse_diagonal(
+    matvec: MatVec, like: Tensor, n_probes: int, m: int, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """SLQ for log det A together with a Hutchinson estimate of diag(A⁻¹) from the same probes.
+
+    For a probe z the Lanczos process gives both zᵀ log(A) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ and
+    A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T); E[z ⊙ A⁻¹z] = diag(A⁻¹)
+    for Rademacher z. Returns (log det estimate, its standard error, diag(A⁻¹) estimate (P,)).
+    """
+    P = like.numel()
+    values, diag = [], torch.zeros_like(like)
+    for _ in range(n_probes):
+        z = rademacher(P, like, generator)
+        T, Q = lanczos(matvec, z, m)
+        theta, U = torch.linalg.eigh(T)
+        tau = U[0]
+        values.append(P * (tau**2 * theta.log()).sum())
+        diag += z * (z.norm() * (Q @ (U @ (tau / theta))))
+    v = torch.stack(values)
+    se = v.std() / n_probes**0.5 if n_probes > 1 else torch.full_like(v[0], float("inf"))
+    return v.mean(), se, diag / n_probes
+
+
+class _StochasticLogDet(torch.autograd.Function):
+    """log det P with the gradients of the Hutchinson estimate: ∂/∂p₀ = diag(P⁻¹), ∂/∂c = tr(P⁻¹H)."""
+
+    @staticmethod
+    def forward(ctx, prior_diag, factor, value, grad_prior, grad_factor):
+        ctx.save_for_backward(grad_prior, grad_factor)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        grad_prior, grad_factor = ctx.saved_tensors
+        return g * grad_prior, g * grad_factor, None, None, None
+
+
+class GGNOperator:
+    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches as an operator: ``G @ v`` for v (P,) or (P, R)."""
+
+    def __init__(self, f: Functional, theta: Tensor, likelihood: Likelihood, batches: list[Tensor]):
+        self.f, self.theta, self.likelihood, self.batches = f, theta, likelihood, batches
+        self.shape = (theta.numel(), theta.numel())
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        return sum(ggn_vector_product(self.f, self.theta, X, self.likelihood, v) for X in self.batches)
+
+    def to_matrix(self, max_params: int = 5000) -> Tensor:
+        """The dense G (P, P), by P products: for checks on small P only."""
+        if self.shape[0] > max_params:
+            raise ValueError(f"to_matrix() of a P = {self.shape[0]} operator: raise max_params to force it")
+        eye = torch.eye(self.shape[0], dtype=self.theta.dtype, device=self.theta.device)
+        return self @ eye
+
+
+class MatfreeGGN:
+    """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns a
+    :class:`MatfreePosterior` that computes everything from GGN-vector products over them."""
+
+    def __init__(
+        self, f: Functional, theta: Tensor, likelihood: Likelihood, param_sizes: list[int], **options
+    ):
+        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        self.options, self.batches = options, []
+
+    def update(self, X: Tensor) -> Tensor:
+        self.batches.append(X)
+        with torch.no_grad():
+            return self.f(self.theta, X)
+
+    def finish(self) -> MatfreePosterior:
+        G = GGNOperator(self.f, self.theta, self.likelihood, self.batches)
+        return MatfreePosterior(G, self.param_sizes, **self.options)
+
+
+class MatfreePosterior:
+    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol with products only:
+
+    * ``log_det``: SLQ with ``n_probes`` Rademacher probes and ``lanczos_steps`` steps, its standard error
+      in ``log_det_se``; differentiable in δ and σ through a Hutchinson estimate of diag(P⁻¹) from the same
+      probes (∂ log det P/∂p₀ = diag P⁻¹, ∂/∂c = tr(P⁻¹H) = (P − Σ p₀ᵢ (P⁻¹)ᵢᵢ)/c), so the evidence can be
+      tuned by Adam like any other structure (with stochastic gradients);
+    * ``variance``: that Hutchinson estimate of diag(P⁻¹) (unbiased, not exact);
+    * ``functional_variance``: conjugate gradients, all N·K right-hand sides together (tolerance ``cg_tol``);
+    * ``sample``: Lanczos P^-½ ε with ``sample_steps`` steps.
+
+    The probes are drawn from a generator seeded with ``seed`` at every call: the same (δ, σ) give the
+    same estimate. Memory is O(P·lanczos_steps); nothing P×P is formed.
+    """
+
+    def __init__(
+        self,
+        G: GGNOperator,
+        param_sizes: list[int],
+        n_probes: int = 30,
+        lanczos_steps: int = 30,
+        cg_tol: float = 1e-6,
+        cg_max_iter: int | None = None,
+        sample_steps: int = 50,
+        seed: int = 0,
+    ):
+        if n_probes < 2:
+            raise ValueError(f"n_probes must be at least 2 (for a standard error), got {n_probes}")
+        self.H, self.param_sizes, self.n_params = G, list(param_sizes), G.shape[0]
+        self.n_probes, self.lanczos_steps, self.sample_steps = n_probes, lanczos_steps, sample_steps
+        self.cg_tol, self.cg_max_iter, self.seed = cg_tol, cg_max_iter, seed
+        self.route, self.tuning = "auto", False
+        self.log_det_se: Tensor | None = None
+        self._slq: tuple[Tensor, tuple[Tensor, Tensor, Tensor]] | None = None
+
+    def _prior_diag(self, prior: Tensor) -> Tensor:
+        from .posterior import prior_precision_diag
+
+        return prior_precision_diag(prior, self.param_sizes).to(self.H.theta.dtype)
+
+    def matvec(self, prior: Tensor, factor: Tensor) -> MatVec:
+        """v ↦ P v = c·G v + p₀ ⊙ v, for v (P,) or (P, R)."""
+        p0 = self._prior_diag(prior).detach()
+        c = factor.detach()
+
+        def mv(v: Tensor) -> Tensor:
+            return c * (self.H @ v) + (p0 if v.ndim == 1 else p0[:, None]) * v
+
+        return mv
+
+    def _estimate(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        with torch.no_grad():
+            key = torch.cat([self._prior_diag(prior).flatten(), factor.reshape(1)])
+            if self._slq is None or not torch.equal(self._slq[0], key):
+                g = torch.Generator().manual_seed(self.seed)
+                est = slq_log_det_and_inverse_diagonal(
+                    self.matvec(prior, factor), self.H.theta, self.n_probes, self.lanczos_steps, g
+                )
+                self._slq = (key.clone(), est)
+        return self._slq[1]
+
+    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
+        if self.route == "eigen":
+            raise ValueError("evidence_route='eigen' is for hessian_structure='full', not 'matfree'")
+        value, se, diag_inv = self._estimate(prior, factor)
+        self.log_det_se = se
+        p0 = self._prior_diag(prior)
+        grad_factor = (self.n_params - (p0.detach() * diag_inv).sum()) / factor.detach()
+        return _StochasticLogDet.apply(p0, factor, value, diag_inv, grad_factor)
+
+    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        return self._estimate(prior, factor)[2]
+
+    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
+        return functional_variance_cg(self.matvec(prior, factor), J, self.cg_tol, self.cg_max_iter)
+
+    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+        zero = torch.zeros_like(self.H.theta)
+        return sample_matrix_free(self.matvec(prior, factor), zero, n_samples, self.sample_steps, generator)
+
+    def precision(self, prior: Tensor, factor: Tensor) -> MatfreeMatrix:
+        return MatfreeMatrix(self, prior, factor)
+
+    def covariance(self, prior: Tensor, factor: Tensor) -> MatfreeMatrix:
+        return MatfreeMatrix(self, prior, factor, inverse=True)
+
+
+class MatfreeMatrix:
+    """P as an operator (``P @ v``), or its inverse by CG (``inverse=True``); ``to_matrix()`` for small P."""
+
+    def __init__(self, posterior: MatfreePosterior, prior: Tensor, factor: Tensor, inverse: bool = False):
+        self.posterior, self.inverse = posterior, inverse
+        self.mv = posterior.matvec(prior, factor)
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        if self.inverse:
+            return conjugate_gradient(self.mv, v, self.posterior.cg_tol, self.posterior.cg_max_iter)[0]
+        return self.mv(v)
+
+    def to_matrix(self, max_params: int = 5000) -> Tensor:
+        P = self.posterior.n_params
+        if P > max_params:
+            raise ValueError(f"to_matrix() of a P = {P} operator: raise max_params to force it")
+        theta = self.posterior.H.theta
+        return self @ torch.eye(P, dtype=theta.dtype, device=theta.device)

@@ -62,3 +62,20 @@ def cnn(
         nn.Flatten(),
         nn.Linear(c2 * side * side, n_classes),
     ).to(dtype or torch.get_default_dtype())
+
+
+class PinnedZeroLogit(nn.Module):
+    """[0, f(x)]: a one-logit network as a two-class softmax network with the same parameters.
+
+    Same cross-entropy, same GGN (Λ's pinned row and column meet zero Jacobian rows), and its probit
+    with f_var = diag(0, v) is σ(f/√(1 + πv/8)): laplace-torch's ``"classification"`` on this network
+    is the reference for our ``"binary_classification"`` on ``model``.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.model(x)
+        return torch.cat([torch.zeros_like(f), f], dim=-1)

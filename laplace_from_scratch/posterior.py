@@ -15,7 +15,13 @@ Two factorisations, each never forming an explicit inverse:
 * Eigendecomposition of H = Q diag(λ) Qᵀ, for a *scalar* p₀ = δ: P = Q diag(λ/(σ²T) + δ) Qᵀ,
   so after one O(P³) decomposition every change of δ, σ or T costs O(P).
 
-Shapes: P parameters, S samples.
+Every posterior structure of the module (full here, diagonal here, KFAC in ``kron.py``, low-rank in
+``lowrank.py``, matrix-free in ``matfree.py``) implements one small protocol, :class:`Posterior`: it
+holds the fitted curvature H and, given the prior precision p₀ and the factor c = 1/(σ²T), gives the
+log-determinant of P, the marginal variances, J Σ Jᵀ, samples, and P itself (dense for full, in the
+structure's own form otherwise). ``Laplace`` composes them without knowing which one it holds.
+
+Shapes: P parameters, S samples, N inputs, K outputs.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -204,3 +211,157 @@ def _scalar(prior_precision: float | Tensor, like: Tensor) -> Tensor:
     if delta.numel() != 1:
         raise ValueError("the eigendecomposition route needs a scalar prior precision")
     return delta.reshape(())
+
+
+class Posterior(Protocol):
+    """What every posterior structure provides. ``prior`` is the prior precision as given (a scalar,
+    one value per parameter tensor, or one per parameter: :func:`prior_precision_diag`) and ``factor``
+    is c = 1/(σ²T), both tensors on the parameters' device; P = c·H + diag(p₀)."""
+
+    H: object  # the curvature in the structure's own form (a tensor for full and diag)
+    n_params: int
+    route: str  # the evidence route: "auto" (or "eigen" / "cholesky" where the structure has both)
+    tuning: bool  # True inside a hyperparameter search (a structure may prefer a cheaper re-prior)
+
+    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
+        """log det P, differentiable in ``prior`` and ``factor``."""
+        ...
+
+    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        """diag Σ, (P,)."""
+        ...
+
+    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
+        """J Σ Jᵀ. J: (N, K, P) → (N, K, K)."""
+        ...
+
+    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+        """Draws from N(0, Σ), (S, P)."""
+        ...
+
+    def precision(self, prior: Tensor, factor: Tensor):
+        """P itself: (P, P) for full, (P,) for diag, an object with ``to_matrix()`` otherwise."""
+        ...
+
+    def covariance(self, prior: Tensor, factor: Tensor):
+        """Σ = P⁻¹: (P, P) (dense: for small P), or the structure's own form."""
+        ...
+
+
+class FullPosterior:
+    """The full GGN H (P, P). log det P by a Cholesky factor, or, for a scalar prior, by the eigen route
+    (:class:`EigenPosterior`; from the dual N·K × N·K Gram matrix of the whitened Jacobians ``Jw`` when
+    they were kept), which makes every new δ or σ an O(P) update. Predictions and samples use a
+    Cholesky factor of P, cached until the prior or the factor change.
+
+    ``route``: ``"auto"`` takes the eigen route for a scalar prior when it is cheap (the dual), already
+    paid for, or about to be re-used (``tuning``); a single evaluation at large P takes one Cholesky.
+    """
+
+    def __init__(self, H: Tensor, param_sizes: Sequence[int], Jw: Tensor | None = None):
+        self.H, self.param_sizes, self.n_params = H, list(param_sizes), H.shape[0]
+        self.Jw = Jw
+        self.route, self.tuning = "auto", False
+        self._eigen: EigenPosterior | None = None
+        self.cached_factor: tuple[Tensor, Tensor] | None = None  # (key, L) with P = L Lᵀ
+
+    @property
+    def eigen(self) -> EigenPosterior:
+        """The eigendecomposition of H (by the dual route when the whitened Jacobians were kept), once."""
+        if self._eigen is None:
+            self._eigen = (
+                EigenPosterior.from_jacobians(self.Jw)
+                if self.Jw is not None
+                else EigenPosterior.from_H(self.H)
+            )
+        return self._eigen
+
+    @property
+    def eigen_is_cached(self) -> bool:
+        """Whether the eigendecomposition has been paid for already."""
+        return self._eigen is not None
+
+    def uses_eigen(self, prior: Tensor) -> bool:
+        """Whether :meth:`log_det` takes the eigen route for this prior (see the class docstring)."""
+        if self.route not in ("auto", "eigen", "cholesky"):
+            raise ValueError(
+                f"evidence_route must be one of ('auto', 'eigen', 'cholesky'), got {self.route!r}"
+            )
+        scalar = prior.numel() == 1
+        if self.route == "eigen" and not scalar:
+            raise ValueError("evidence_route='eigen' needs a scalar prior_precision")
+        if self.route != "auto":
+            return self.route == "eigen"
+        return scalar and (self.Jw is not None or self._eigen is not None or self.tuning)
+
+    def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
+        return factor * self.H + torch.diag_embed(
+            prior_precision_diag(prior, self.param_sizes).to(self.H.dtype)
+        )
+
+    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
+        if self.uses_eigen(prior):  # λ·c + δ: EigenPosterior's λ/(σ²T) + δ with σ = 1, T = 1/c
+            return self.eigen.log_det(prior, 1.0, 1 / factor)
+        return log_det_from_cholesky(cholesky(self.precision(prior, factor)))
+
+    def cholesky_factor(self, prior: Tensor, factor: Tensor) -> Tensor:
+        """The Cholesky factor L of P (no autograd), cached until ``prior`` or ``factor`` change."""
+        with torch.no_grad():
+            key = torch.cat([prior_precision_diag(prior, self.param_sizes).flatten(), factor.reshape(1)])
+            cached = self.cached_factor
+            if cached is None or cached[0].shape != key.shape or not torch.equal(cached[0], key):
+                self.cached_factor = (key.clone(), cholesky(self.precision(prior, factor)))
+        return self.cached_factor[1]
+
+    def covariance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        return covariance_from_cholesky(self.cholesky_factor(prior, factor))
+
+    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        return self.covariance(prior, factor).diagonal()
+
+    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
+        # J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ: N·K·P² for the solve instead of P³ for Σ
+        N, K, P = J.shape
+        V = torch.linalg.solve_triangular(
+            self.cholesky_factor(prior, factor), J.reshape(N * K, P).T, upper=False
+        )
+        V = V.T.reshape(N, K, P)
+        return V @ V.mT
+
+    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+        zero = self.H.new_zeros(self.n_params)
+        return sample_from_cholesky(zero, self.cholesky_factor(prior, factor), n_samples, generator)
+
+
+class DiagPosterior:
+    """A diagonal curvature d (P,): P = c·d + p₀ elementwise, so everything is elementwise."""
+
+    def __init__(self, d: Tensor, param_sizes: Sequence[int]):
+        self.H, self.param_sizes, self.n_params = d, list(param_sizes), d.shape[0]
+        self.route, self.tuning = "auto", False
+
+    def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
+        """The diagonal of P, (P,), as laplace-torch returns it."""
+        return factor * self.H + prior_precision_diag(prior, self.param_sizes)
+
+    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
+        _no_eigen_route(self.route, "diag")
+        return self.precision(prior, factor).log().sum()
+
+    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        return 1 / self.precision(prior, factor)
+
+    def covariance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        return torch.diag(self.variance(prior, factor))
+
+    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
+        return torch.einsum("nkp,p,nlp->nkl", J, self.variance(prior, factor), J)
+
+    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+        eps = randn((n_samples, self.n_params), self.H, generator)
+        return eps * self.variance(prior, factor).sqrt()
+
+
+def _no_eigen_route(route: str, structure: str) -> None:
+    if route == "eigen":
+        raise ValueError(f"evidence_route='eigen' is for hessian_structure='full', not {structure!r}")

@@ -91,18 +91,23 @@ def mc_sigmoid(
     return two_class(torch.sigmoid(f).mean(0))
 
 
-def laplace_bridge(f_mu: Tensor, f_var: Tensor) -> Tensor:
+def laplace_bridge(f_mu: Tensor, f_var: Tensor, normalize: bool = False) -> Tensor:
     """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022). f_mu: (N, K), f_var: (N, K, K) → (N, K).
 
     softmax(f) does not change when a constant is added to every logit, so the Gaussian over f is
     first conditioned on Σₖ fₖ = 0; then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} / K²) / Σₖₖ and the
     predictive is α / Σ α. Needs K ≥ 2 logits with variance (not for one logit pinned at 0).
+    ``normalize=True`` is laplace-torch's ``"bridge_norm"``: first rescale so that the mean of the
+    variances is √(K/2) (μ divided by √m, Σₖₖ by m, with m = mean(Σₖₖ)/√(K/2)).
     """
     K = f_mu.shape[-1]
     s = f_var.sum(-1)  # Σ 1, (N, K)
     total = s.sum(-1, keepdim=True)  # 1ᵀ Σ 1, (N, 1)
     mu = f_mu - s * f_mu.sum(-1, keepdim=True) / total
     var = f_var.diagonal(dim1=-2, dim2=-1) - s**2 / total
+    if normalize:
+        m = var.mean(-1, keepdim=True) / math.sqrt(K / 2)
+        mu, var = mu / m.sqrt(), var / m
     # log αₖ, computed in log space: far from the data e^{μₖ} Σ e^{−μₗ} overflows
     log_a = mu + torch.logsumexp(-mu, dim=-1, keepdim=True) - 2 * math.log(K)
     if K > 2:

@@ -1,6 +1,5 @@
 import pytest
 import torch
-from parity import PinnedZeroLogit  # noqa: F401  (benchmarks/parity.py; tests import it from here)
 
 import laplace_from_scratch as lfs
 

@@ -10,10 +10,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import PinnedZeroLogit, mlp
+from conftest import mlp
 from torch.func import hessian
 from torch.utils.data import DataLoader, TensorDataset
 
+import laplace_from_scratch as lfs
 from laplace_from_scratch import (
     Bernoulli,
     Categorical,
@@ -79,7 +80,7 @@ def test_bernoulli_output_hessian_and_gradient_equal_autodiff():
 def test_binary_ggn_equals_two_class_ggn_of_the_pinned_network():
     model, X, y = _binary_problem()
     f1, theta = make_functional(model)
-    f2, theta2 = make_functional(PinnedZeroLogit(model))
+    f2, theta2 = make_functional(lfs.PinnedZeroLogit(model))
     torch.testing.assert_close(theta, theta2)
     G1, G2 = ggn(f1, theta, X, Bernoulli()), ggn(f2, theta, X, Categorical())
     assert ((G1 - G2).norm() / G2.norm()).item() < 1e-12
@@ -124,7 +125,7 @@ def test_binary_probit_and_mc_against_quadrature_and_each_other():
     la = Laplace(model, "binary_classification", prior_precision=1.0)
     la.fit(_loader(X, y))
     Xq = torch.cat([X[:20], 4 * torch.randn(20, 2, dtype=D)])  # on the data and far from it
-    f_mu, f_var = glm_predictive(la._f, la.mean, Xq, la.posterior_covariance)
+    f_mu, f_var = glm_predictive(la.weights.f, la.mean, Xq, la.posterior_covariance)
     exact = _gauss_hermite_sigmoid(f_mu[:, 0], f_var[:, 0, 0])
     S = 100_000
     mc = la(Xq, link_approx="mc", n_samples=S, generator=torch.Generator().manual_seed(0))[:, 1]

@@ -28,6 +28,10 @@ CONFIGS = [
     for subset in ("all", "last_layer")
     for structure in ("full", "diag", "kron")
 ]
+# the structures new in the protocol, and the subnetwork (full over a subset of the weights)
+EXTRA = [(lik, "all", s) for lik in LIKELIHOODS for s in ("lowrank", "matfree")] + [
+    (lik, "subnetwork", "full") for lik in LIKELIHOODS
+]
 N_OUT = {"regression": 2, "classification": 3, "binary_classification": 1}
 
 
@@ -57,11 +61,23 @@ def exercise(likelihood: str, subset: str, structure: str, model, X: Tensor, y: 
     """
     batches = [(X[:12], y[:12]), (X[12:], y[12:])]
     reg = likelihood == "regression"
+    extra = (
+        {"rank": 5}
+        if structure == "lowrank"
+        else {"n_probes": 4, "lanczos_steps": 8}
+        if structure == "matfree"
+        else {}
+    )
+    if subset == "subnetwork":
+        extra["subnetwork_indices"] = torch.arange(
+            0, sum(p.numel() for p in model.parameters()), 2, device=X.device
+        )
     la = lfs.Laplace(
         model,
         likelihood,
         subset_of_weights=subset,
         hessian_structure=structure,
+        **extra,
         prior_precision=torch.tensor(0.7, device="cpu"),  # a float32 CPU tensor, whatever the model
         **(dict(sigma_noise=0.5) if reg else {}),
     )
@@ -75,7 +91,8 @@ def exercise(likelihood: str, subset: str, structure: str, model, X: Tensor, y: 
         out["evidence_eigen"] = la.log_marginal_likelihood()
         la.evidence_route = "auto"
         out["covariance"] = la.posterior_covariance
-    out["precision"] = la.posterior_precision
+    P_post = la.posterior_precision
+    out["precision"] = P_post if isinstance(P_post, Tensor) else P_post.to_matrix()
     out["variance"] = la.posterior_variance
     out["sample"] = la.sample(5, generator=gen())
     out["glm_samples"] = la.glm_samples(X[:4], 3, generator=gen())
@@ -155,7 +172,7 @@ def _check_outputs(out: dict[str, Tensor], device: torch.device) -> None:
 # ----- meta: catches a forgotten device= on a machine without a GPU --------------------------------
 
 
-@pytest.mark.parametrize("likelihood, subset, structure", CONFIGS)
+@pytest.mark.parametrize("likelihood, subset, structure", CONFIGS + EXTRA)
 def test_laplace_api_creates_nothing_on_the_default_device(likelihood, subset, structure):
     model, X, y = problem(likelihood)
     with torch.device("meta"):
@@ -225,7 +242,7 @@ def _compare(on_device: dict[str, Tensor], on_cpu: dict[str, Tensor], rtol: floa
         torch.testing.assert_close(on_device[name], on_cpu[name], rtol=rtol, atol=1e-8, msg=name)
 
 
-@pytest.mark.parametrize("likelihood, subset, structure", CONFIGS)
+@pytest.mark.parametrize("likelihood, subset, structure", CONFIGS + EXTRA)
 def test_laplace_api_on_device_equals_cpu(device, likelihood, subset, structure):
     model, X, y = problem(likelihood)
     ref = _to(exercise(likelihood, subset, structure, model, X, y))

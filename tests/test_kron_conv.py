@@ -5,11 +5,11 @@ import math
 
 import pytest
 import torch
-from conftest import PinnedZeroLogit
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+import laplace_from_scratch as lfs
 from laplace_from_scratch import Bernoulli, Categorical, Laplace, cnn, fit_map, image_data
 from laplace_from_scratch.kron import kfac
 
@@ -150,7 +150,7 @@ def test_cnn_kron_laplace_equals_laplace_torch(likelihood):
     laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
     model, X, y, X_test = _digits_problem(likelihood)
     loader = DataLoader(TensorDataset(X, y), batch_size=20)  # batches of 20, 20, 8: A is rescaled by M/N
-    net = model if likelihood == "classification" else PinnedZeroLogit(model)
+    net = model if likelihood == "classification" else lfs.PinnedZeroLogit(model)
     ref = laplace.Laplace(
         net, "classification", subset_of_weights="all", hessian_structure="kron", prior_precision=0.5
     )
@@ -160,7 +160,7 @@ def test_cnn_kron_laplace_equals_laplace_torch(likelihood):
     ref_sizes = [math.prod(factor.shape[0] for factor in fac) for fac in ref.H_facs.kfacs]  # [B, A] or [B]
     assert [b.size for b in ours.H.blocks] == ref_sizes == [p.numel() for p in model.parameters()]
     assert _rel_err(ours.H.to_matrix(), ref.H.to_matrix()) < RTOL
-    assert _rel_err(ours.posterior_precision, ref.posterior_precision.to_matrix()) < RTOL
+    assert _rel_err(ours.posterior_precision.to_matrix(), ref.posterior_precision.to_matrix()) < RTOL
     assert _rel_err(ours.log_marginal_likelihood(), ref.log_marginal_likelihood()) < RTOL
     p, p_ref = ours(X_test, link_approx="probit"), ref(X_test, pred_type="glm", link_approx="probit")
     assert p.shape == p_ref.shape == (X_test.shape[0], 10 if likelihood == "classification" else 2)

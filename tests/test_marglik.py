@@ -72,9 +72,9 @@ def test_eigen_route_equals_cholesky_route_value_gradients_and_optimum():
 
 def test_auto_route_picks_eigen_for_scalar_and_cholesky_for_layerwise():
     la = _regression_la()
-    assert la._use_eigen()
-    la.prior_precision = torch.ones(la.n_layers, dtype=D)
-    assert not la._use_eigen()
+    assert la.structure.uses_eigen(la.prior_precision)
+    la.prior_precision = torch.ones(la.n_param_tensors, dtype=D)
+    assert not la.structure.uses_eigen(la.prior_precision)
     la.evidence_route = "eigen"
     with pytest.raises(ValueError, match="scalar"):
         la.log_marginal_likelihood()
@@ -83,7 +83,7 @@ def test_auto_route_picks_eigen_for_scalar_and_cholesky_for_layerwise():
 @pytest.mark.parametrize("structure", ["scalar", "layerwise"])
 def test_evidence_gradients_match_finite_differences(structure):
     la = _regression_la()
-    k = 1 if structure == "scalar" else la.n_layers
+    k = 1 if structure == "scalar" else la.n_param_tensors
     log_d = torch.linspace(-0.5, 0.8, k, dtype=D).reshape(() if k == 1 else (k,))
     log_s = torch.tensor(-1.0, dtype=D)
 
@@ -140,16 +140,16 @@ def test_gridsearch_picks_the_best_validation_density_on_its_grid():
 
 def test_auto_route_takes_cholesky_for_one_evaluation_without_the_dual_and_eigen_while_tuning():
     la = _regression_la(n=200, width=5)  # P = 46 < N·K = 200: no dual, so one evaluation uses Cholesky
-    assert la._Jw is None and not la._use_eigen()
+    assert la.structure.Jw is None and not la.structure.uses_eigen(la.prior_precision)
     routes = []
     eig = la.log_marginal_likelihood
 
     def spy(*a, **kw):
-        routes.append(la._use_eigen())
+        routes.append(la.structure.uses_eigen(la.prior_precision))
         return eig(*a, **kw)
 
     la.log_marginal_likelihood = spy
     la.optimize_prior_precision(n_steps=3)
     assert routes and all(routes)  # eigen during the search
-    assert la._use_eigen()  # and afterwards, now that it is paid for
-    assert la._eigen is not None
+    assert la.structure.uses_eigen(la.prior_precision)  # and afterwards, now that it is paid for
+    assert la.structure.eigen_is_cached

@@ -2,7 +2,7 @@
 
 {regression, binary, multiclass, digits-cnn} × {all weights, last layer} × {full, diag, kron},
 float64, on MAP-trained networks (digits-cnn: scikit-learn's 8×8 digits and a small CNN, so Conv2d
-KFAC and real images are covered) (see ``benchmarks/parity.py`` for the problems and the binary embedding).
+KFAC and real images are covered) (see ``tests/parity.py`` for the problems and the binary embedding).
 
 Tolerances, relative:
 * H, evidence, predictive: 1e-8. Both sides sum the same terms in a different order, so float64
@@ -17,7 +17,7 @@ Tolerances, relative:
 import pytest
 
 laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
-from parity import (  # noqa: E402  (benchmarks/)
+from parity import (  # noqa: E402  (tests/parity.py)
     CELLS,
     TASKS,
     LaplaceTorchFailed,

@@ -8,9 +8,10 @@ exact GGN: curvlinops (the default), BackPACK and ASDL.
 
 import pytest
 import torch
-from conftest import PinnedZeroLogit, mlp
+from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
+import laplace_from_scratch as lfs
 from laplace_from_scratch import (
     Bernoulli,
     Categorical,
@@ -168,7 +169,7 @@ def _fit_binary_both(**kw):
     loader = DataLoader(TensorDataset(X, y), batch_size=50)
     backend = kw.pop("backend", CurvlinopsGGN)
     ref = laplace.Laplace(
-        PinnedZeroLogit(model),
+        lfs.PinnedZeroLogit(model),
         "classification",
         subset_of_weights="all",
         hessian_structure="full",

@@ -12,7 +12,7 @@ same data and network and returns the relative differences of
   laplace-torch's defaults: 100 Adam steps on log δ at lr 0.1; ours takes the same steps).
 
 Binary classification: laplace-torch 0.3 has no one-logit likelihood, so its reference is its
-``"classification"`` on the two-logit network [0, f(x)] (:class:`PinnedZeroLogit`), which has the
+``"classification"`` on the two-logit network [0, f(x)] (``lfs.PinnedZeroLogit``), which has the
 same loss, GGN and probit. For the *last layer* this embedding breaks inside laplace-torch (its
 last-layer Jacobians take the output width from the last layer, 1, not from the network, 2: the
 fit runs but prediction and the diagonal fail), so there the reference is the definition of
@@ -44,6 +44,7 @@ CELLS = (
     ("last_layer", "full"),
     ("last_layer", "diag"),
     ("last_layer", "kron"),
+    ("subnetwork", "full"),
 )
 QUANTITIES = ("H", "evidence", "predictive", "delta")
 OUR_LIKELIHOOD = {
@@ -52,23 +53,6 @@ OUR_LIKELIHOOD = {
     "multiclass": "classification",
     "digits-cnn": "classification",
 }
-
-
-class PinnedZeroLogit(nn.Module):
-    """[0, f(x)]: a one-logit network as a two-class softmax network with the same parameters.
-
-    Same cross-entropy, same GGN (Λ's pinned row and column meet zero Jacobian rows), and its probit
-    with f_var = diag(0, v) is σ(f/√(1 + πv/8)): laplace-torch's ``"classification"`` on this network
-    is the reference for our ``"binary_classification"`` on ``model``.
-    """
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.model(x)
-        return torch.cat([torch.zeros_like(f), f], dim=-1)
 
 
 @dataclass
@@ -146,6 +130,15 @@ def _backend(name: str) -> dict:
     return {"backend": {"backpack": BackPackGGN, "curvlinops": CurvlinopsGGN}[name]}
 
 
+def subnetwork(p: Problem, subset: str) -> dict:
+    """``subnetwork_indices`` for a subnetwork cell: every third weight of the network (the same flat indices
+    in the [0, f] wrapper of the binary task, which adds no parameters)."""
+    if subset != "subnetwork":
+        return {}
+    P = sum(q.numel() for q in p.model.parameters())
+    return {"subnetwork_indices": torch.arange(0, P, 3, device=p.X.device)}
+
+
 def reference_laplace(
     p: Problem, subset: str, structure: str, prior_precision: float, backend: str = "default"
 ):
@@ -161,7 +154,7 @@ def reference_laplace(
                 phi, Xq = model[:-1](p.X), model[:-1](p.Xq)
             loader = DataLoader(TensorDataset(phi, p.y), batch_size=50)
             model, subset = copy.deepcopy(model[-1]), "all"
-        model = PinnedZeroLogit(model)
+        model = lfs.PinnedZeroLogit(model)
     ref = laplace.Laplace(
         model,
         lik,
@@ -170,6 +163,7 @@ def reference_laplace(
         prior_precision=prior_precision,
         **p.kw,
         **_backend(backend),
+        **subnetwork(p, subset),
     )
     ref.fit(loader)
     return ref, Xq
@@ -214,6 +208,7 @@ def parity_cell(
             hessian_structure=structure,
             prior_precision=prior_precision,
             **p.kw,
+            **subnetwork(p, subset),
         )
         ours.fit(p.loader)
         out = {

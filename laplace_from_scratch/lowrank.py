@@ -1,0 +1,163 @@
+"""Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ, plus the diagonal prior.
+
+The GGN of N examples has rank at most N·K, and its spectrum usually decays fast: a few large
+eigenvalues carry most of it (notebook 05). Keeping the k largest, found by Lanczos on GGN-vector
+products (``matfree.py``) without ever forming H, gives
+
+    P = c·V diag(λ) Vᵀ + D,        c = 1/(σ²T),   D = diag(p₀).
+
+Write P = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k eigendecomposition
+Wᵀ W = E diag(s) Eᵀ, the columns of G = W E s^-½ are orthonormal and W Wᵀ = G diag(s) Gᵀ, so
+
+    log det P = Σ log dᵢ + log det(I_k + Wᵀ W),
+    Σ = P⁻¹   = D^-½ (I + G diag(1/(1 + s) − 1) Gᵀ) D^-½,
+    θ ~ N(0, Σ):  D^-½ (ε + G diag((1 + s)^-½ − 1) Gᵀ ε):
+
+every operation costs O(P·k²) or less, for any diagonal prior (scalar, per tensor or per parameter).
+Along the P − k directions it drops, the posterior is the prior: the approximation under-estimates H,
+so it over-estimates uncertainty there.
+
+laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the *Hessian* (through the old
+``asdfghjkl`` package), not of the GGN; on a network that is not at an exact minimum, or not linear in
+its weights, the two differ by the residual term of ``curvature.py``.
+
+Shapes: P parameters, k the rank, N inputs, K outputs, S samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .devices import randn
+from .functional import Functional
+from .likelihoods import Likelihood
+from .matfree import ggn_vector_product, lanczos
+from .posterior import prior_precision_diag
+
+
+def top_eigenpairs(matvec, v0: Tensor, k: int, n_iter: int) -> tuple[Tensor, Tensor]:
+    """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator, from ``n_iter`` steps of
+    Lanczos with full re-orthogonalisation started at v0 (exact when ``n_iter`` = P). Eigenvalues that
+    are zero to round-off (below 1e-12·λ_max, or Krylov directions H does not reach) are dropped."""
+    T, Q = lanczos(matvec, v0, n_iter)
+    theta, U = torch.linalg.eigh(T)
+    theta, U = theta.flip(0), U.flip(1)  # largest first
+    keep = theta > 1e-12 * theta[0].clamp(min=torch.finfo(theta.dtype).tiny)
+    theta, U = theta[keep][:k], U[:, keep][:, :k]
+    return theta, Q @ U
+
+
+class LowRankGGN:
+    """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` runs Lanczos on the GGN of
+    all stored data and returns a :class:`LowRankPosterior` of rank ``rank`` (default 20).
+
+    ``n_iter`` Lanczos steps (default min(P, 2·rank + 20)): Ritz values of the largest eigenvalues
+    converge first, so a few more steps than the rank suffice when the spectrum decays. The start
+    vector is a fixed-seed Gaussian draw, so a fit is deterministic. The eigenpairs of two data sets do
+    not add up, so a fit cannot be continued with more data (``can_update = False``)."""
+
+    can_update = False
+
+    def __init__(
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        param_sizes: list[int],
+        rank: int = 20,
+        n_iter: int | None = None,
+    ):
+        if not isinstance(rank, int) or rank < 1:
+            raise ValueError(f"rank must be a positive integer, got {rank!r}")
+        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        self.rank = min(rank, theta.numel())
+        self.n_iter = n_iter or min(theta.numel(), 2 * self.rank + 20)
+        self.batches: list[Tensor] = []
+
+    def update(self, X: Tensor) -> Tensor:
+        self.batches.append(X)
+        with torch.no_grad():
+            return self.f(self.theta, X)
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """G v over every stored batch, (P,)."""
+        return sum(ggn_vector_product(self.f, self.theta, X, self.likelihood, v) for X in self.batches)
+
+    def finish(self) -> LowRankPosterior:
+        v0 = randn((self.theta.numel(),), self.theta, torch.Generator().manual_seed(0))
+        lam, V = top_eigenpairs(self.matvec, v0, self.rank, self.n_iter)
+        return LowRankPosterior(V, lam, self.param_sizes)
+
+
+@dataclass
+class LowRankMatrix:
+    """c·V diag(λ) Vᵀ + D (the precision), or its inverse (``inverse=True``), for small-P checks."""
+
+    posterior: LowRankPosterior
+    prior: Tensor
+    factor: Tensor
+    inverse: bool = False
+
+    def to_matrix(self) -> Tensor:
+        post, V = self.posterior, self.posterior.V
+        if not self.inverse:
+            d = prior_precision_diag(self.prior, post.param_sizes).to(V.dtype)
+            return self.factor * (V * post.eigvals) @ V.T + torch.diag(d)
+        d, G, s = post._whitened(self.prior, self.factor)
+        inner = torch.eye(post.n_params, dtype=V.dtype, device=V.device) + (G * (1 / (1 + s) - 1)) @ G.T
+        return inner / d.sqrt()[:, None] / d.sqrt()[None, :]
+
+
+class LowRankPosterior:
+    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol for H ≈ V diag(λ) Vᵀ.
+    ``H`` is the pair (V (P, k), λ (k,)), as laplace-torch's ``LowRankLaplace.H``."""
+
+    def __init__(self, V: Tensor, eigvals: Tensor, param_sizes: list[int]):
+        self.V, self.eigvals, self.param_sizes = V, eigvals, list(param_sizes)
+        self.n_params = V.shape[0]
+        self.route, self.tuning = "auto", False
+
+    @property
+    def H(self) -> tuple[Tensor, Tensor]:
+        return self.V, self.eigvals
+
+    def _whitened(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(d (P,), G (P, k) orthonormal, s (k,)) with P = D^½ (I + G diag(s) Gᵀ) D^½."""
+        d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
+        W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
+        s, E = torch.linalg.eigh(W.T @ W)
+        s = s.clamp(min=0)
+        G = (W @ E) / s.clamp(min=torch.finfo(s.dtype).tiny).sqrt()
+        return d, G, s
+
+    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
+        if self.route == "eigen":
+            raise ValueError("evidence_route='eigen' is for hessian_structure='full', not 'lowrank'")
+        d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
+        W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
+        eye = torch.eye(W.shape[1], dtype=W.dtype, device=W.device)
+        return d.log().sum() + torch.logdet(eye + W.T @ W)
+
+    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        d, G, s = self._whitened(prior, factor)
+        return (1 + (G**2) @ (1 / (1 + s) - 1)) / d
+
+    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
+        d, G, s = self._whitened(prior, factor)
+        Jt = J / d.sqrt()  # J D^-½, (N, K, P)
+        JG = Jt @ G  # (N, K, k)
+        return Jt @ Jt.mT + (JG * (1 / (1 + s) - 1)) @ JG.mT
+
+    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+        d, G, s = self._whitened(prior, factor)
+        eps = randn((n_samples, self.n_params), self.V, generator)
+        return (eps + ((eps @ G) * ((1 + s).rsqrt() - 1)) @ G.T) / d.sqrt()
+
+    def precision(self, prior: Tensor, factor: Tensor) -> LowRankMatrix:
+        return LowRankMatrix(self, prior, factor)
+
+    def covariance(self, prior: Tensor, factor: Tensor) -> LowRankMatrix:
+        return LowRankMatrix(self, prior, factor, inverse=True)

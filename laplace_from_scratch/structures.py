@@ -1,0 +1,76 @@
+"""Which curvature builder makes which posterior: the one place that maps a ``hessian_structure`` name to
+code, so that ``Laplace`` never branches on it.
+
+Every builder has ``update(X) -> f(X)`` per batch and ``finish() -> Posterior`` (``posterior.py``).
+``make_builder`` receives the module Laplace is over (the whole network, or its last layer with the
+features as inputs), its functional form f(θ, x) with θ* and the parameter tensor sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from .curvature import DiagJacobianGGN, FullGGN
+from .diag import DiagGGN
+from .functional import Functional
+from .kron import KFAC
+from .layers import supported_layers
+from .likelihoods import Likelihood
+from .lowrank import LowRankGGN
+from .matfree import MatfreeGGN
+
+
+def _diag(module, f, theta, lik, sizes, **_):
+    # the layer-wise route for Linear/Conv2d networks; per-example Jacobians for anything else
+    if module is not None and supported_layers(module) is not None:
+        return DiagGGN(module, lik)
+    return DiagJacobianGGN(f, theta, lik, sizes)
+
+
+def _kron(module, f, theta, lik, sizes, **_):
+    if module is None:
+        raise ValueError("hessian_structure='kron' needs a network of Linear/Conv2d layers, not a subnetwork")
+    return KFAC(module, lik)
+
+
+BUILDERS: dict[str, Callable] = {
+    "full": lambda module, f, theta, lik, sizes, **o: FullGGN(f, theta, lik, sizes),
+    "diag": _diag,
+    "kron": _kron,
+    "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(f, theta, lik, sizes, **o),
+    "matfree": lambda module, f, theta, lik, sizes, **o: MatfreeGGN(f, theta, lik, sizes, **o),
+}
+STRUCTURES = tuple(BUILDERS)
+# the prior precisions each structure can express: "scalar", "layerwise" (one per parameter tensor),
+# "diag" (one per parameter)
+PRIORS = {
+    "full": ("scalar", "layerwise", "diag"),
+    "diag": ("scalar", "layerwise", "diag"),
+    "kron": ("scalar", "layerwise"),
+    "lowrank": ("scalar", "layerwise", "diag"),
+    "matfree": ("scalar", "layerwise", "diag"),
+}
+
+
+def check_combination(subset_of_weights: str, structure: str) -> None:
+    """A subnetwork has no layers, so only the structures built from f(θ, x) alone apply (laplace-torch's
+    ``SubnetLaplace`` is full too)."""
+    if subset_of_weights == "subnetwork" and structure != "full":
+        raise ValueError(
+            "subset_of_weights='subnetwork' supports hessian_structure='full' (as laplace-torch)"
+        )
+
+
+def make_builder(
+    structure: str,
+    module: nn.Module | None,
+    f: Functional,
+    theta: Tensor,
+    likelihood: Likelihood,
+    param_sizes: list[int],
+    **options,
+):
+    """The builder for ``structure``; ``module`` is None where only f(θ, x) exists (a subnetwork)."""
+    return BUILDERS[structure](module, f, theta, likelihood, param_sizes, **options)
