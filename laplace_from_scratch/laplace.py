@@ -67,6 +67,10 @@ class Weights:
 
 
 def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Weights:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
     if subset == "last_layer":
         f, theta, sizes = last_layer_functional(model)
         g = make_functional(model[-1])[0]
@@ -205,13 +209,20 @@ class Laplace:
 
     # ----- fitting -------------------------------------------------------------------------
     def fit(self, train_loader: DataLoader, override: bool = True, progress_bar: bool = False) -> None:
-        """Accumulate the curvature of the summed loss (Λ = I for regression) and the loss over the data.
+        """Accumulate the curvature of the summed loss (Λ = I for regression) and the loss over the data,
+        at the model's current weights (θ* is read again, as laplace-torch does).
 
         ``override=False`` adds the batches to the curvature of the previous ``fit`` (not for low-rank,
-        whose eigendecomposition does not add up). Nothing is changed if the loop fails.
+        whose eigendecomposition does not add up). With ``override=True`` nothing changes if the loop fails.
         """
-        w = self.weights
+        if isinstance(train_loader, Tensor) or not hasattr(train_loader, "__iter__"):
+            raise TypeError(
+                "train_loader must be an iterable of (X, y) batches, e.g. DataLoader(TensorDataset(X, y), "
+                f"batch_size=32); got {type(train_loader).__name__}"
+            )
+        check_eval_mode(self.model)
         if override or self._builder is None:
+            w = select_weights(self.model, self.subset_of_weights, self.subnetwork_indices)
             builder = make_builder(
                 self.hessian_structure,
                 w.module,
@@ -221,30 +232,37 @@ class Laplace:
                 self.param_sizes,
                 **self.structure_options,
             )
-            loss, n_data, n_outputs = self.mean.new_zeros(()), 0, 0
+            loss, n_data, n_outputs = w.theta.new_zeros(()), 0, 0
         else:
             if not getattr(self._builder, "can_update", True):
                 raise ValueError(f"a {self.hessian_structure!r} fit cannot be updated (override=False)")
-            builder, loss, n_data, n_outputs = self._builder, self.loss.clone(), self.n_data, self.n_outputs
+            w, builder = self.weights, self._builder
+            loss, n_data, n_outputs = self.loss.clone(), self.n_data, self.n_outputs
         if progress_bar:
             from tqdm.auto import tqdm
 
             train_loader = tqdm(train_loader, desc="Laplace.fit")
-        for X, y in train_loader:
-            check_device(X, self.mean, "the inputs X")
-            check_device(y, self.mean, "the targets y")
+        for batch in train_loader:
+            X, y = check_batch(batch, w.theta)
             if w.features is not None:
                 with torch.no_grad():
                     X_in = w.features(X)
             else:
                 X_in = X
             out = builder.update(X_in)
+            if out.ndim != 2:
+                raise ValueError(
+                    f"the model's outputs must be (N, K), got {tuple(out.shape)} (reshape to (N, 1)?)"
+                )
+            if not torch.isfinite(out).all():
+                raise ValueError("the model's outputs contain NaN or inf at the fitted weights")
             loss = loss + self._lik.fit_loss(out, y)  # also checks the targets against the outputs
             n_data, n_outputs = n_data + X.shape[0], out.shape[-1]
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         structure = builder.finish()
         structure.route = self.evidence_route
+        self.weights, self.mean = w, w.theta
         self.structure, self._builder = structure, builder
         self.loss, self.n_data, self.n_outputs = loss, n_data, n_outputs
 
@@ -527,3 +545,44 @@ def _check_indices(indices: Tensor | None, n_params: int) -> Tensor:
     if indices.unique().numel() != indices.numel():
         raise ValueError("subnetwork_indices must not repeat an index")
     return indices
+
+
+MODE_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+
+
+def check_eval_mode(model: nn.Module) -> None:
+    """Dropout and batch norm behave differently in training mode, and batch norm would update its running
+    statistics: refuse before touching anything (the user's model is never modified)."""
+    busy = [type(m).__name__ for m in model.modules() if m.training and isinstance(m, MODE_DEPENDENT)]
+    if busy:
+        raise ValueError(
+            f"the model is in training mode and has {', '.join(sorted(set(busy)))}: call model.eval() first"
+        )
+
+
+def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
+    """An (X, y) batch of tensors on ``like``'s device, a floating X in its dtype, with a batch dimension."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        got = f"a {type(batch).__name__}" + (
+            f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else ""
+        )
+        raise TypeError(f"each batch must be an (X, y) pair of tensors, got {got}")
+    X, y = batch
+    if not isinstance(X, Tensor) or not isinstance(y, Tensor):
+        raise TypeError(
+            f"each batch must be an (X, y) pair of tensors, got ({type(X).__name__}, {type(y).__name__})"
+        )
+    check_device(X, like, "the inputs X")
+    check_device(y, like, "the targets y")
+    if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) dimension; "
+            "DataLoader(batch_size=None) yields single examples without one"
+        )
+    if X.is_floating_point() and X.dtype != like.dtype:
+        raise ValueError(
+            f"X has dtype {X.dtype} but the model's parameters are {like.dtype}: convert one of them"
+        )
+    if y.is_floating_point() and not torch.isfinite(y).all():
+        raise ValueError("the targets y contain NaN or inf")
+    return X, y

@@ -53,6 +53,8 @@ class Gaussian:
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example. f: (N, K) → (N, K, K)."""
+        if f.ndim != 2:
+            raise ValueError(f"the model's outputs must be (N, K), got {tuple(f.shape)} (reshape to (N, 1)?)")
         N, K = f.shape
         eye = torch.eye(K, dtype=f.dtype, device=f.device)
         return eye.expand(N, K, K) / self.sigma_noise**2
@@ -136,6 +138,7 @@ class Categorical:
         """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
         (probability targets (N, C): the cross-entropy −Σ y log p)."""
         logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
+        _check_targets(y, probs.shape[1])
         if y.is_floating_point():
             return -(y * logp).sum()
         return -logp.gather(1, y.unsqueeze(1)).sum()
@@ -196,6 +199,7 @@ class Bernoulli:
         """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
         (probability targets (N, C): the cross-entropy −Σ y log p)."""
         logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
+        _check_targets(y, probs.shape[1])
         if y.is_floating_point():
             return -(y * logp).sum()
         return -logp.gather(1, y.unsqueeze(1)).sum()
@@ -234,6 +238,15 @@ def get_likelihood(likelihood: str | Likelihood, sigma_noise: float = 1.0) -> Li
     if likelihood == "binary_classification":
         return Bernoulli()
     raise ValueError(f"likelihood must be one of {NAMES}, got {likelihood!r}")
+
+
+def _check_targets(y: Tensor, n_classes: int) -> None:
+    """Integer labels in [0, C) or (N, C) probability rows, for a predictive over C classes."""
+    if y.is_floating_point() and y.ndim == 2:
+        return
+    _check_labels(y)
+    if y.numel() and (y.min() < 0 or y.max() >= n_classes):
+        raise ValueError(f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]")
 
 
 def _check_link(link_approx: str) -> None:

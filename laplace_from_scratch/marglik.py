@@ -45,7 +45,18 @@ def maximize_on_logs(
     history: list[float] = []
     for _ in range(n_steps):
         opt.zero_grad()
-        value = objective(**{k: v.exp() for k, v in logs.items()})
+        values = {k: v.exp() for k, v in logs.items()}
+        if not all(bool(torch.isfinite(v).all() and (v > 0).all()) for v in values.values()):
+            raise ValueError(
+                f"Adam diverged at step {len(history)} (lr={lr}): a hyperparameter became 0 or inf; "
+                "the learning rate is too large"
+            )
+        value = objective(**values)
+        if not torch.isfinite(value):
+            raise ValueError(
+                f"the evidence became {value.item()} at step {len(history)} of Adam (lr={lr}): "
+                "the learning rate is too large, or the model's loss is not finite"
+            )
         (-value).backward()
         opt.step()
         history.append(value.item())

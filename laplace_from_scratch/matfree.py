@@ -16,6 +16,7 @@ Shapes: N examples, K outputs, P parameters.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -75,7 +76,12 @@ def conjugate_gradient(
     """Solve A x = b for SPD A given only v ↦ A v. b: (P,), or (P, R) for R independent solves that
     share each product A [p₁ … p_R] (``matvec`` must accept (P, R) then). A column stops at
     ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
-    max_iter = max_iter or 10 * b.shape[0]
+    if max_iter is None:
+        max_iter = 10 * b.shape[0]
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not torch.isfinite(b).all():
+        raise ValueError("the right-hand side b contains NaN or inf")
     x = torch.zeros_like(b)
     r = b.clone()
     p = r.clone()
@@ -86,13 +92,26 @@ def conjugate_gradient(
         if not active.any():
             return x, i
         Ap = matvec(p)
+        pAp = (p * Ap).sum(0)
+        if bool((active & ~(pAp > 0)).any()):  # also catches NaN
+            worst = pAp[active].min().item()
+            raise ValueError(
+                f"conjugate gradients needs a positive-definite operator: pᵀAp = {worst:.3g} at iteration "
+                f"{i} (is the prior precision positive? does the operator return NaN?)"
+            )
         # converged columns take no step (their α is 0), so nothing divides 0 by 0
-        alpha = torch.where(active, rr / torch.where(active, (p * Ap).sum(0), 1), 0)
+        alpha = torch.where(active, rr / torch.where(active, pAp, 1), 0)
         x = x + alpha * p
         r = r - alpha * Ap
         rr_new = (r * r).sum(0)
         p = r + torch.where(active, rr_new / torch.where(active, rr, 1), 0) * p
         rr = rr_new
+    warnings.warn(
+        f"conjugate gradients did not reach tol={tol} in max_iter={max_iter} iterations "
+        f"(relative residual {(rr.sqrt() / b.norm(dim=0)).max().item():.2e})",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return x, max_iter
 
 
@@ -103,6 +122,10 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
     space is exhausted early.
     """
     P = v0.numel()
+    if not v0.norm() > 0:  # also False for NaN
+        raise ValueError("Lanczos needs a non-zero, finite start vector")
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"the number of Lanczos steps must be a positive integer, got {m!r}")
     m = min(m, P)
     Q = torch.zeros(P, m, dtype=v0.dtype, device=v0.device)
     alphas, betas = [], []
@@ -145,15 +168,25 @@ def slq_log_det(
     are drawn by ``generator`` on its own device (a CPU generator works for a CUDA operator).
     Returns (estimate, standard error over the probes).
     """
+    if n_probes < 2:
+        raise ValueError(f"n_probes must be at least 2 (for a standard error), got {n_probes}")
     like = torch.empty(0, dtype=dtype or torch.get_default_dtype(), device=device)
     values = []
     for _ in range(n_probes):
         z = rademacher(n_params, like, generator)
         T, _ = lanczos(matvec, z, m)
         theta, U = torch.linalg.eigh(T)
+        _check_ritz(theta)
         values.append(n_params * (U[0] ** 2 * theta.log()).sum())  # ‖z‖² = P
     v = torch.stack(values)
     return v.mean(), v.std() / n_probes**0.5
+
+
+def _check_ritz(theta: Tensor) -> None:
+    if not bool((theta > 0).all()):  # also catches NaN
+        raise ValueError(
+            f"the operator is not positive definite: Lanczos found an eigenvalue {theta.min().item():.3g} ≤ 0"
+        )
 
 
 def lanczos_inv_sqrt(matvec: MatVec, b: Tensor, m: int = 50) -> Tensor:
@@ -199,6 +232,7 @@ def slq_log_det_and_inverse_diagonal(
         z = rademacher(P, like, generator)
         T, Q = lanczos(matvec, z, m)
         theta, U = torch.linalg.eigh(T)
+        _check_ritz(theta)
         tau = U[0]
         values.append(P * (tau**2 * theta.log()).sum())
         diag += z * (z.norm() * (Q @ (U @ (tau / theta))))

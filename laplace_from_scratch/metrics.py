@@ -34,6 +34,10 @@ def _check_probs(probs: Tensor, name: str = "probs") -> None:
         raise ValueError(
             f"the rows of {name} must sum to 1 (got sums in [{sums.min():.4g}, {sums.max():.4g}])"
         )
+    if not bool((probs >= 0).all()):  # also False for NaN
+        raise ValueError(
+            f"{name} must be probabilities in [0, 1] (got a minimum of {probs.min():.4g}): logits?"
+        )
 
 
 def _check(probs: Tensor, y: Tensor) -> None:
@@ -149,6 +153,9 @@ def ood_score(probs: Tensor, score: str = "max_prob") -> Tensor:
 
     ``"max_prob"``: −max_c p_c; ``"entropy"``: the predictive entropy −Σ_c p_c log p_c.
     """
+    if score not in OOD_SCORES:
+        raise ValueError(f"score must be one of {OOD_SCORES}, got {score!r}")
+    _check_probs(probs)
     if score == "max_prob":
         return -probs.max(-1).values
     if score == "entropy":

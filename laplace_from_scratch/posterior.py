@@ -76,6 +76,10 @@ def cholesky(A: Tensor, max_tries: int = 8) -> Tensor:
     1e-9, ... until the factorisation succeeds; a warning says how much was added. Raises
     ``ValueError`` rather than ever returning NaNs.
     """
+    if not torch.isfinite(A).all():
+        raise ValueError(
+            "the matrix to factorise contains NaN or inf (check the curvature and the hyperparameters)"
+        )
     L, info = torch.linalg.cholesky_ex(A)
     if info == 0 and torch.isfinite(L).all():
         return L

@@ -21,10 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .likelihoods import NAMES as LIKELIHOOD_NAMES
 from .likelihoods import get_likelihood
 
 Objective = Callable[[], Tensor]
@@ -52,16 +50,7 @@ def mean_objective(
     model: nn.Module, X: Tensor, y: Tensor, likelihood: str = "regression", weight_decay: float = 0.0
 ) -> Tensor:
     """The usual objective: mean MSE (regression) or mean cross-entropy, plus ½ wd ‖θ‖²."""
-    out = model(X)
-    if likelihood == "regression":
-        loss = F.mse_loss(out, y)
-    elif likelihood == "classification":
-        loss = F.cross_entropy(out, y)
-    elif likelihood == "binary_classification":
-        loss = F.binary_cross_entropy_with_logits(out[:, 0], y.to(out.dtype))
-    else:
-        raise ValueError(f"likelihood must be one of {LIKELIHOOD_NAMES}, got {likelihood!r}")
-    return loss + 0.5 * weight_decay * squared_norm(model)
+    return get_likelihood(likelihood).mean_loss(model(X), y) + 0.5 * weight_decay * squared_norm(model)
 
 
 def weight_decay_to_prior_precision(
@@ -76,11 +65,8 @@ def weight_decay_to_prior_precision(
     Classification (mean cross-entropy, softmax or binary): δ = N·wd.
     Regression with ``nn.MSELoss()``: δ = N·K·wd / (2σ²).
     """
-    if likelihood in ("classification", "binary_classification"):
-        return n_data * weight_decay
-    if likelihood == "regression":
-        return n_data * n_outputs * weight_decay / (2 * sigma_noise**2)
-    raise ValueError(f"likelihood must be one of {LIKELIHOOD_NAMES}, got {likelihood!r}")
+    lik = get_likelihood(likelihood, sigma_noise)
+    return weight_decay * lik.prior_precision_per_weight_decay(n_data, n_outputs, sigma_noise)
 
 
 def prior_precision_to_weight_decay(

@@ -117,7 +117,7 @@ def test_kron_refuses_grouped_convolutions_and_other_layers():
     grouped = nn.Sequential(nn.Conv2d(2, 2, 3, groups=2), nn.Flatten(), nn.Linear(18, 2)).to(D)
     with pytest.raises(NotImplementedError, match="groups=1"):
         Laplace(grouped, "classification", hessian_structure="kron").fit(loader)
-    normed = nn.Sequential(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(18, 2)).to(D)
+    normed = nn.Sequential(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(18, 2)).to(D).eval()
     with pytest.raises(ValueError, match="nn.Linear or nn.Conv2d"):
         Laplace(normed, "classification", hessian_structure="kron").fit(loader)
 

@@ -1,0 +1,249 @@
+"""Bad input gets a clear error, and a failed call changes nothing.
+
+One test per class of input; each asserts the error type, that the message names the problem, and,
+where a call could have half-happened, that the object's state is what it was before."""
+
+import math
+
+import pytest
+import torch
+from conftest import mlp
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import laplace_from_scratch as lfs
+from laplace_from_scratch import matfree
+
+D = torch.float64
+
+
+def loader(X, y, bs=10, **kw):
+    return DataLoader(TensorDataset(X, y), batch_size=bs, **kw)
+
+
+@pytest.fixture
+def reg():
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.randn(30, 2, generator=g, dtype=D), torch.randn(30, 1, generator=g, dtype=D)
+    la = lfs.Laplace(mlp(2, 1, width=5), "regression", sigma_noise=0.5, prior_precision=2.0)
+    la.fit(loader(X, y))
+    return la, X, y
+
+
+@pytest.fixture
+def clf():
+    g = torch.Generator().manual_seed(1)
+    X, y = torch.randn(30, 2, generator=g, dtype=D), torch.randint(0, 3, (30,), generator=g)
+    la = lfs.Laplace(mlp(2, 3, width=5), "classification")
+    la.fit(loader(X, y))
+    return la, X, y
+
+
+def state(la):
+    return (
+        la.prior_precision.clone(),
+        la.sigma_noise.clone(),
+        la.temperature.clone(),
+        la.prior_mean.clone(),
+        la.mean.clone(),
+        la.structure,
+        la.loss.clone(),
+        la.n_data,
+    )
+
+
+def same(a, b):
+    return all(
+        x is y if not isinstance(x, torch.Tensor) else torch.equal(x, y) for x, y in zip(a, b, strict=True)
+    )
+
+
+# ----- hyperparameters ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, value, error, match",
+    [
+        ("prior_mean", "P1", ValueError, "prior_mean must be a scalar or"),
+        ("prior_mean", float("nan"), ValueError, "prior_mean must be finite"),
+        ("sigma_noise", float("inf"), ValueError, "sigma_noise must be one positive finite"),
+        ("sigma_noise", torch.ones(1, 1), ValueError, "sigma_noise must be one positive finite"),
+        ("temperature", -1.0, ValueError, "temperature must be one positive finite"),
+        ("temperature", float("inf"), ValueError, "temperature must be one positive finite"),
+        ("prior_precision", torch.ones(1, 1), ValueError, "prior_precision must be a scalar"),
+        ("prior_precision", float("nan"), ValueError, "positive and finite"),
+        ("prior_precision", "1.0", TypeError, "prior_precision must be a number or a tensor, got str"),
+        ("sigma_noise", None, TypeError, "sigma_noise must be a number or a tensor, got NoneType"),
+    ],
+)
+def test_bad_hyperparameters_are_refused_and_change_nothing(reg, name, value, error, match):
+    la, *_ = reg
+    if isinstance(value, str) and value == "P1":
+        value = torch.zeros(la.n_params, 1, dtype=D)
+    before = state(la)
+    with pytest.raises(error, match=match):
+        setattr(la, name, value)
+    assert same(state(la), before)
+
+
+def test_evidence_with_a_bad_sigma_keeps_the_prior(reg):
+    la, *_ = reg
+    before = state(la)
+    with pytest.raises(ValueError, match="sigma_noise"):
+        la.log_marginal_likelihood(prior_precision=5.0, sigma_noise=-1.0)
+    assert same(state(la), before)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(lr=-1.0), "lr must be a positive"),
+        (dict(n_steps=0), "n_steps must be a positive integer"),
+        (dict(method="gridsearch", val_loader=None), "needs a val_loader"),
+        (dict(method="gridsearch", grid_size=0, val_loader="X"), "grid_size must be a positive integer"),
+        (dict(lr=1e8, n_steps=5), "learning rate is too large"),
+    ],
+)
+def test_tuning_with_bad_arguments_changes_nothing(reg, kw, match):
+    la, X, y = reg
+    if kw.get("val_loader") == "X":
+        kw["val_loader"] = loader(X, y)
+    before = state(la)
+    with pytest.raises(ValueError, match=match):
+        la.optimize_prior_precision(init_prior_prec=7.0, **kw)
+    assert same(state(la), before)
+
+
+def test_gridsearch_with_a_failing_batch_restores_delta(reg):
+    la, X, y = reg
+    before = state(la)
+    with pytest.raises(ValueError, match="must match outputs"):
+        la.optimize_prior_precision(
+            method="gridsearch", val_loader=loader(X, y[:, 0]), grid_size=3
+        )  # (N,) targets
+    with pytest.raises(ValueError, match="yielded no data"):
+        la.optimize_prior_precision(method="gridsearch", val_loader=[], grid_size=3)
+    assert same(state(la), before)
+
+
+def test_out_of_range_validation_labels(clf):
+    la, X, y = clf
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        la.optimize_prior_precision(method="gridsearch", val_loader=loader(X, y + 5), grid_size=2)
+
+
+# ----- fit ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda X, y: X, TypeError, "train_loader must be an iterable of \\(X, y\\) batches"),
+        (lambda X, y: [(X, y, y)], TypeError, "an \\(X, y\\) pair of tensors, got a tuple of 3 items"),
+        (lambda X, y: [{"x": X, "y": y}], TypeError, "an \\(X, y\\) pair of tensors, got a dict"),
+        (lambda X, y: loader(X, y, bs=None), ValueError, "batch_size=None"),
+        (
+            lambda X, y: [(X.float(), y)],
+            ValueError,
+            "X has dtype torch.float32 but the model's parameters are",
+        ),
+        (lambda X, y: [(X, y * float("nan"))], ValueError, "targets y contain NaN"),
+        (lambda X, y: [(X, y[:, 0])], ValueError, "must match outputs"),
+        (lambda X, y: [], ValueError, "yielded no data"),
+    ],
+)
+def test_bad_loaders_fail_clearly_and_change_nothing(reg, make, error, match):
+    la, X, y = reg
+    before = state(la)
+    with pytest.raises(error, match=match):
+        la.fit(make(X, y))
+    assert same(state(la), before)
+
+
+def test_nonfinite_outputs_and_one_dimensional_outputs(reg):
+    la, X, y = reg
+    with torch.no_grad():
+        la.model[0].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="outputs contain NaN"):
+        la.fit(loader(X, y))
+    flat = lfs.Laplace(nn.Sequential(nn.Linear(2, 1), nn.Flatten(0)).to(D), "regression")
+    with pytest.raises(ValueError, match=r"outputs must be \(N, K\)"):
+        flat.fit(loader(X, y[:, 0]))
+
+
+def test_models_that_cannot_be_used():
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        lfs.Laplace(lambda x: x, "regression")
+    frozen = mlp(2, 1)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        lfs.Laplace(frozen, "regression")
+
+
+@pytest.mark.parametrize("layer", [nn.BatchNorm1d(4), nn.Dropout(0.1)])
+def test_training_mode_is_refused_before_anything_changes(layer):
+    model = nn.Sequential(nn.Linear(2, 4), layer, nn.Tanh(), nn.Linear(4, 1)).to(D)
+    X, y = torch.randn(8, 2, dtype=D), torch.randn(8, 1, dtype=D)
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+    la = lfs.Laplace(model, "regression")
+    with pytest.raises(ValueError, match=r"call model.eval\(\) first"):
+        la.fit(loader(X, y))
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in buffers.items())  # running stats untouched
+    model.eval()
+    la.fit(loader(X, y))
+
+
+def test_using_the_posterior_before_fit():
+    for structure in ["full", "diag", "kron", "lowrank", "matfree"]:
+        la = lfs.Laplace(mlp(2, 1, width=4), "regression", hessian_structure=structure)
+        with pytest.raises(RuntimeError, match="call Laplace.fit"):
+            la.sample(2)
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.5, True])
+def test_bad_sample_counts(clf, n):
+    la, X, _ = clf
+    with pytest.raises(ValueError, match="n_samples must be a positive integer"):
+        la(X[:2], link_approx="mc", n_samples=n)
+    with pytest.raises(ValueError, match="n_samples must be a positive integer"):
+        la.sample(n)
+
+
+# ----- numerical building blocks -----------------------------------------------------------------
+
+
+def test_cholesky_of_nan_and_conjugate_gradients_on_bad_operators():
+    with pytest.raises(ValueError, match="NaN or inf"):
+        lfs.cholesky(torch.full((3, 3), float("nan"), dtype=D))
+    A = torch.diag(torch.tensor([1.0, -2.0, 3.0], dtype=D))
+    b = torch.ones(3, dtype=D)
+    with pytest.raises(ValueError, match="positive-definite"):
+        matfree.conjugate_gradient(lambda v: A @ v, b)
+    with pytest.raises(ValueError, match="positive-definite"):
+        matfree.conjugate_gradient(lambda v: torch.zeros_like(v), b)  # singular
+    with pytest.raises(ValueError, match="max_iter must be a positive integer"):
+        matfree.conjugate_gradient(lambda v: v, b, max_iter=-1)
+    with pytest.warns(RuntimeWarning, match="did not reach"):
+        matfree.conjugate_gradient(lambda v: torch.diag(torch.arange(1.0, 4.0, dtype=D)) @ v, b, max_iter=1)
+
+
+def test_lanczos_and_slq_on_bad_input():
+    with pytest.raises(ValueError, match="non-zero"):
+        matfree.lanczos(lambda v: v, torch.zeros(4, dtype=D), 3)
+    A = torch.diag(torch.tensor([1.0, -2.0, 3.0, 4.0], dtype=D))
+    with pytest.raises(ValueError, match="not positive definite"):
+        matfree.slq_log_det(lambda v: A @ v, 4, n_probes=3, m=4, dtype=D)
+    with pytest.raises(ValueError, match="n_probes must be at least 2"):
+        matfree.slq_log_det(lambda v: v, 4, n_probes=1, dtype=D)
+
+
+def test_metrics_refuse_negative_probabilities_and_logits():
+    y = torch.tensor([0, 1])
+    bad = torch.tensor([[1.2, -0.2], [0.5, 0.5]], dtype=D)
+    for metric in (lfs.nll, lfs.ece):
+        with pytest.raises(ValueError, match="probabilities in \\[0, 1\\]"):
+            metric(bad, y)
+    with pytest.raises(ValueError, match="sum to 1"):
+        lfs.ood_score(torch.randn(4, 3, dtype=D))
+    assert math.isfinite(lfs.nll(bad.abs() / bad.abs().sum(-1, keepdim=True), y))
