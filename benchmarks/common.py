@@ -68,3 +68,38 @@ def run_fresh(script: str, cfg: dict, timeout: int) -> dict:
         err = (out.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
         return {**cfg, "error": err[:200]}
     return {**cfg, **json.loads(lines[-1][7:])}
+
+
+def child(args, measure) -> bool:
+    """In a process started by :func:`run_fresh` (``--one <cfg>``): run ``measure``, print its result."""
+    if not args.one:
+        return False
+    print("RESULT " + json.dumps(measure(json.loads(args.one))), flush=True)
+    return True
+
+
+def machine_meta(device: str, **extra) -> dict:
+    """The date, the machine and the versions a record was made with (plus ``extra``)."""
+    import datetime
+
+    import laplace
+    import torch
+
+    return {
+        "date": datetime.date.today().isoformat(),
+        "device": device,
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "laplace_torch": getattr(laplace, "__version__", "0.3"),
+        "python": platform.python_version(),
+        **extra,
+    }
+
+
+def write_record(name: str, meta: dict, rows: list[dict], out: str | None = None) -> Path:
+    """Write {"meta", "rows"} to ``out`` or results/<name>_<date>_<device>.json; returns the path."""
+    root = Path(__file__).resolve().parent.parent / "results"
+    path = Path(out) if out else root / f"{name}_{meta['date']}_{meta['device']}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return path

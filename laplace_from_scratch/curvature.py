@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 from torch.func import hessian
 
+from . import dense
 from .functional import Functional
 from .jacobians import jacobian
 from .likelihoods import Likelihood
@@ -104,15 +105,20 @@ def ggn_diagonal(
     return d
 
 
-# keep the whitened Jacobians (N·K, P) for the dual evidence route when N·K < P and they are this small
-MAX_DUAL_ENTRIES = 50_000_000
+def jacobian_chunk(n_outputs: int, n_params: int, fraction: float = 1 / 64) -> int:
+    """How many examples' Jacobians (K × P each) at a time keep them below ``fraction`` of one P×P matrix
+    (at least one example): the memory budget of everything dense that is not the P×P buffers."""
+    return max(1, int(fraction * n_params / max(n_outputs, 1)))
 
 
 class FullGGN:
     """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the whitened Jacobians
-    J̃ = Λ^½ J of each batch. While N·K < P and N·K·P ≤ ``max_dual_entries`` the J̃ are kept for the
-    dual route of the evidence (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past either
-    limit they are dropped at once."""
+    J̃ = Λ^½ J of each batch, computed a few examples at a time (:func:`jacobian_chunk`: below 1/64 of a
+    P×P matrix). While N·K < P and the J̃ take at most a quarter of a P×P matrix (or 64 MiB, whichever is
+    larger; 1/32 of it with ``one_buffer``) they are kept for the dual route of the evidence
+    (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past that they are dropped at once. Before
+    allocating H,
+    :func:`~laplace_from_scratch.dense.check_fits` checks that it fits the device."""
 
     def __init__(
         self,
@@ -120,31 +126,46 @@ class FullGGN:
         theta: Tensor,
         likelihood: Likelihood,
         param_sizes: list[int],
-        max_dual_entries: int = MAX_DUAL_ENTRIES,
+        one_buffer: bool = False,
     ):
         self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
         P = theta.numel()
+        dense.check_fits(P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters")
         self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
         self.blocks: list[Tensor] | None = []
-        self.max_dual_entries = max_dual_entries
+        self.one_buffer = one_buffer
+        entries_64mib = 2**26 // (torch.finfo(theta.dtype).bits // 8)
+        self.dual_budget = P * P // 32 if one_buffer else max(P * P // 4, entries_64mib)
 
     def update(self, X: Tensor) -> Tensor:
         with torch.no_grad():
             out = self.f(self.theta, X)
-        Jw = whitened_jacobians(self.f, self.theta, X, self.likelihood)
-        self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
-        if self.blocks is not None:
-            self.blocks.append(Jw)
-            M, P = sum(b.shape[0] for b in self.blocks), self.theta.numel()
-            if M >= P or M * P > self.max_dual_entries:
-                self.blocks = None  # too many for the dual route: stop keeping them
+        P = self.theta.numel()
+        chunk = jacobian_chunk(out.shape[-1], P, 1 / 256 if self.one_buffer else 1 / 64)
+        for start in range(0, X.shape[0], chunk):
+            Jw = whitened_jacobians(self.f, self.theta, X[start : start + chunk], self.likelihood, chunk)
+            self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
+            if self.blocks is not None:
+                self.blocks.append(Jw)
+                M = sum(b.shape[0] for b in self.blocks)
+                if M >= P or M * P > self.dual_budget:
+                    self.blocks = None  # too many for the dual route: stop keeping them
         return out
 
     def finish(self):
         from .posterior import FullPosterior
 
         Jw = torch.cat(self.blocks) if self.blocks else None
-        return FullPosterior(self.H, self.param_sizes, Jw)
+        if Jw is not None:
+            self.blocks = [Jw]  # one copy, shared with the posterior
+        self._posterior = FullPosterior(self.H, self.param_sizes, Jw, one_buffer=self.one_buffer)
+        return self._posterior
+
+    @property
+    def can_update(self) -> bool:
+        """False once the posterior has overwritten H with its factor (one-buffer mode)."""
+        post = getattr(self, "_posterior", None)
+        return post is None or post._H is not None
 
 
 class DiagJacobianGGN:

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from .curvature import jacobian_chunk
 from .devices import as_like, check_device
 from .functional import Functional, last_layer_functional, make_functional
 from .jacobians import jacobian
@@ -462,11 +463,14 @@ class Laplace:
         ``joint=True`` over all N·K outputs together: (N·K,) and (N·K, N·K)."""
         with torch.no_grad():
             f_mu = self.weights.f(self.mean, x)
-        J = self.jacobians(x)
         if joint:
+            J = self.jacobians(x)
             N, K, P = J.shape
             return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
-        return f_mu, self.functional_variance(J)
+        # a few inputs at a time, so that their Jacobians stay below 1/16 of a P×P matrix
+        chunk = jacobian_chunk(f_mu.shape[-1], self.n_params, 1 / 256)
+        f_var = torch.cat([self.functional_variance(self.jacobians(xc)) for xc in x.split(chunk)])
+        return f_mu, f_var
 
     def __call__(
         self,

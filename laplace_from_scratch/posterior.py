@@ -34,6 +34,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from . import dense
 from .devices import randn
 
 
@@ -253,21 +254,43 @@ class Posterior(Protocol):
 
 
 class FullPosterior:
-    """The full GGN H (P, P). log det P by a Cholesky factor, or, for a scalar prior, by the eigen route
-    (:class:`EigenPosterior`; from the dual N·K × N·K Gram matrix of the whitened Jacobians ``Jw`` when
-    they were kept), which makes every new δ or σ an O(P) update. Predictions and samples use a
-    Cholesky factor of P, cached until the prior or the factor change.
+    """The full GGN H (P, P). Its factor L of P = c·H + diag(p₀) lives in one more P×P buffer, formed and
+    factored in place there (``dense.cholesky_``) and cached until the prior or c change: log det P from
+    its diagonal (differentiable: ∂/∂p₀ = diag Σ and ∂/∂c = (P − Σᵢ p₀ᵢΣᵢᵢ)/c, both from L by blocks),
+    diag Σ, J Σ Jᵀ and samples from triangular solves. So fit, evidence, tuning, predictions and samples
+    keep **two** P×P buffers, H and L.
 
-    ``route``: ``"auto"`` takes the eigen route for a scalar prior when it is cheap (the dual), already
-    paid for, or about to be re-used (``tuning``); a single evaluation at large P takes one Cholesky.
+    When a second buffer does not fit the device (or with ``one_buffer=True``), the factor overwrites H:
+    **one** buffer. The prior and σ are then fixed at the values of the first factorisation, except along
+    the eigen route (below), which does not need H; changing them otherwise raises with what to do.
+
+    Eigen route (``route``): for a scalar prior, log det P = Σ log(cλᵢ + δ) + (P − r) log δ from the
+    eigenvalues of H, O(P) per new δ or σ. ``"auto"`` takes it when the whitened Jacobians were kept
+    (the dual N·K×N·K route: kept while N·K < P within a memory budget, see ``FullGGN``), when it is
+    already computed, or inside a δ search if two more P×P buffers fit (``eigh`` returns P×P
+    eigenvectors and needs a workspace); otherwise the
+    Cholesky route, one factorisation per new (δ, σ).
     """
 
-    def __init__(self, H: Tensor, param_sizes: Sequence[int], Jw: Tensor | None = None):
-        self.H, self.param_sizes, self.n_params = H, list(param_sizes), H.shape[0]
+    def __init__(
+        self, H: Tensor, param_sizes: Sequence[int], Jw: Tensor | None = None, one_buffer: bool = False
+    ):
+        self._H, self.param_sizes, self.n_params = H, list(param_sizes), H.shape[0]
         self.Jw = Jw
         self.route, self.tuning = "auto", False
+        self.one_buffer = one_buffer
         self._eigen: EigenPosterior | None = None
+        self._buffer: Tensor | None = None  # the factor's P×P buffer (H itself in one-buffer mode)
         self.cached_factor: tuple[Tensor, Tensor] | None = None  # (key, L) with P = L Lᵀ
+
+    @property
+    def H(self) -> Tensor:
+        if self._H is None:
+            raise RuntimeError(
+                "the GGN was overwritten by its Cholesky factor (one P×P buffer: memory was short or "
+                "one_buffer=True); fit again to get it back"
+            )
+        return self._H
 
     @property
     def eigen(self) -> EigenPosterior:
@@ -296,9 +319,23 @@ class FullPosterior:
             raise ValueError("evidence_route='eigen' needs a scalar prior_precision")
         if self.route != "auto":
             return self.route == "eigen"
-        return scalar and (self.Jw is not None or self._eigen is not None or self.tuning)
+        if not scalar:
+            return False
+        if self.Jw is not None or self._eigen is not None:
+            return True
+        room = dense.fits(dense.dense_bytes(self.n_params, self._dtype, 2), self._device)
+        return self.tuning and self._H is not None and room
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return (self._H if self._H is not None else self._buffer).dtype
+
+    @property
+    def _device(self) -> torch.device:
+        return (self._H if self._H is not None else self._buffer).device
 
     def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
+        """P = c·H + diag(p₀), a new (P, P) tensor (differentiable)."""
         return factor * self.H + torch.diag_embed(
             prior_precision_diag(prior, self.param_sizes).to(self.H.dtype)
         )
@@ -306,22 +343,84 @@ class FullPosterior:
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
         if self.uses_eigen(prior):  # λ·c + δ: EigenPosterior's λ/(σ²T) + δ with σ = 1, T = 1/c
             return self.eigen.log_det(prior, 1.0, 1 / factor)
-        return log_det_from_cholesky(cholesky(self.precision(prior, factor)))
+        return _CholeskyLogDet.apply(prior_precision_diag(prior, self.param_sizes), factor, self)
 
     def cholesky_factor(self, prior: Tensor, factor: Tensor) -> Tensor:
-        """The Cholesky factor L of P (no autograd), cached until ``prior`` or ``factor`` change."""
+        """The Cholesky factor L of P (no autograd), in the factor buffer, cached until ``prior`` or
+        ``factor`` change. Jitter is added (with a warning) if P is not numerically positive definite."""
         with torch.no_grad():
-            key = torch.cat([prior_precision_diag(prior, self.param_sizes).flatten(), factor.reshape(1)])
+            p0 = prior_precision_diag(prior, self.param_sizes).to(self._dtype)
+            key = torch.cat([p0.flatten(), factor.reshape(1).to(self._dtype)])
             cached = self.cached_factor
-            if cached is None or cached[0].shape != key.shape or not torch.equal(cached[0], key):
-                self.cached_factor = (key.clone(), cholesky(self.precision(prior, factor)))
-        return self.cached_factor[1]
+            if cached is not None and cached[0].shape == key.shape and torch.equal(cached[0], key):
+                return cached[1]
+            if self._H is None:
+                raise RuntimeError(
+                    "the prior precision or σ changed, but the GGN was overwritten by its Cholesky factor "
+                    "(one P×P buffer: memory was short or one_buffer=True): fit again, or use the eigen "
+                    "route for a scalar prior (evidence_route='eigen', with the whitened Jacobians kept)"
+                )
+            if self._buffer is None:
+                self.one_buffer = self.one_buffer or not dense.fits(
+                    dense.dense_bytes(self.n_params, self._dtype), self._device
+                )
+                if self.one_buffer:
+                    warnings.warn(
+                        f"one P×P buffer only (P = {self.n_params}): the GGN is overwritten by the factor of "
+                        "the posterior precision; a later change of δ or σ needs the eigen route or a new "
+                        "fit",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    self._buffer = self._H
+                else:
+                    self._buffer = torch.empty_like(self._H)
+            self.cached_factor = None
+            L = self._factor_into_buffer(p0, factor)
+            if self.one_buffer:
+                self._H = None
+            self.cached_factor = (key.clone(), L)
+        return L
+
+    def _factor_into_buffer(self, p0: Tensor, factor: Tensor) -> Tensor:
+        buf, H = self._buffer, self._H
+        scale = None
+        for k in range(9):
+            jitter = 0.0 if k == 0 else 10.0 ** (k - 11) * scale
+            if buf is not H:
+                buf.copy_(H)
+            elif k > 0:
+                raise ValueError(
+                    "the posterior precision is not positive definite, and with one P×P buffer it cannot "
+                    "be rebuilt for jitter: use a larger prior precision, or fit again with memory for two"
+                )
+            buf.mul_(factor)
+            buf.diagonal().add_(p0 + jitter)
+            if scale is None:
+                scale = buf.diagonal().abs().mean().item()
+            if not torch.isfinite(buf.diagonal()).all():
+                raise ValueError("the posterior precision contains NaN or inf (check the curvature and δ, σ)")
+            try:
+                L = dense.cholesky_(buf)
+            except dense.NotPositiveDefinite:
+                continue
+            if jitter:
+                warnings.warn(
+                    f"posterior precision not positive definite: added jitter {jitter:.3g}·I to factorise it",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            return L
+        raise ValueError(
+            "Cholesky failed even with jitter: the posterior precision is far from positive definite"
+        )
 
     def covariance(self, prior: Tensor, factor: Tensor) -> Tensor:
+        """Σ = P⁻¹, a new dense (P, P) tensor: for small P."""
         return covariance_from_cholesky(self.cholesky_factor(prior, factor))
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
-        return self.covariance(prior, factor).diagonal()
+        return dense.inverse_diagonal(self.cholesky_factor(prior, factor))
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
         # J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ: N·K·P² for the solve instead of P³ for Σ
@@ -333,8 +432,25 @@ class FullPosterior:
         return V @ V.mT
 
     def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
-        zero = self.H.new_zeros(self.n_params)
-        return sample_from_cholesky(zero, self.cholesky_factor(prior, factor), n_samples, generator)
+        L = self.cholesky_factor(prior, factor)
+        return sample_from_cholesky(L.new_zeros(self.n_params), L, n_samples, generator)
+
+
+class _CholeskyLogDet(torch.autograd.Function):
+    """log det P = 2 Σ log Lᵢᵢ from the cached factor; backward from diag Σ, without forming Σ."""
+
+    @staticmethod
+    def forward(ctx, prior_diag: Tensor, factor: Tensor, post: FullPosterior) -> Tensor:
+        L = post.cholesky_factor(prior_diag, factor)
+        ctx.post, ctx.prior_diag, ctx.factor = post, prior_diag.detach(), factor.detach()
+        return 2 * L.diagonal().log().sum()
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        post = ctx.post
+        var = dense.inverse_diagonal(post.cholesky_factor(ctx.prior_diag, ctx.factor))
+        grad_factor = (post.n_params - (ctx.prior_diag * var).sum()) / ctx.factor  # tr(Σ H) = (P − Σ p₀Σᵢᵢ)/c
+        return g * var, g * grad_factor, None
 
 
 class DiagPosterior:

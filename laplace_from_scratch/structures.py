@@ -36,7 +36,7 @@ def _kron(module, f, theta, lik, sizes, **_):
 
 
 BUILDERS: dict[str, Callable] = {
-    "full": lambda module, f, theta, lik, sizes, **o: FullGGN(f, theta, lik, sizes),
+    "full": lambda module, f, theta, lik, sizes, **o: FullGGN(f, theta, lik, sizes, **o),
     "diag": _diag,
     "kron": _kron,
     "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(f, theta, lik, sizes, **o),

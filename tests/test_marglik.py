@@ -71,7 +71,7 @@ def test_eigen_route_equals_cholesky_route_value_gradients_and_optimum():
 
 
 def test_auto_route_picks_eigen_for_scalar_and_cholesky_for_layerwise():
-    la = _regression_la()
+    la = _regression_la(n=30)  # N·K = 30 ≤ P/4 = 35: the whitened Jacobians are kept for the dual route
     assert la.structure.uses_eigen(la.prior_precision)
     la.prior_precision = torch.ones(la.n_param_tensors, dtype=D)
     assert not la.structure.uses_eigen(la.prior_precision)

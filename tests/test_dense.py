@@ -1,0 +1,127 @@
+"""dense.py: the blocked in-place Cholesky, diag(P⁻¹) by blocks, the memory check; and full Laplace with
+one P×P buffer against two. Tolerances: float64 round-off (1e-12 relative), float32 1e-5."""
+
+import pytest
+import torch
+from conftest import mlp
+from torch.utils.data import DataLoader, TensorDataset
+
+import laplace_from_scratch as lfs
+from laplace_from_scratch import dense
+
+D = torch.float64
+
+
+def spd(n, dtype=D, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    G = torch.randn(n, n, generator=g, dtype=D)
+    return (G @ G.T / n + torch.eye(n, dtype=D)).to(dtype)
+
+
+@pytest.mark.parametrize("n, block", [(1, 1), (7, 3), (100, 128), (257, 64), (300, 7), (513, None)])
+@pytest.mark.parametrize("dtype, tol", [(D, 1e-12), (torch.float32, 1e-5)])
+def test_blocked_cholesky_equals_torch(n, block, dtype, tol):
+    A = spd(n, dtype)
+    ref = torch.linalg.cholesky(A)
+    B = A.clone()
+    out = dense.cholesky_(B, block)
+    assert out.data_ptr() == B.data_ptr()  # in place
+    assert torch.equal(B.triu(1), torch.zeros_like(B))
+    assert ((B - ref).abs().max() / ref.abs().max()).item() < tol
+
+
+def test_blocked_cholesky_refuses_indefinite_matrices():
+    A = spd(50)
+    A[30, 30] = -1.0
+    with pytest.raises(dense.NotPositiveDefinite, match="not positive definite"):
+        dense.cholesky_(A.clone(), 16)
+
+
+def test_inverse_diagonal():
+    A = spd(123)
+    L = torch.linalg.cholesky(A)
+    for b in (None, 10, 500):
+        torch.testing.assert_close(
+            dense.inverse_diagonal(L, b), torch.linalg.inv(A).diagonal(), rtol=1e-12, atol=0
+        )
+
+
+def test_memory_check_names_the_problem_and_the_way_out(monkeypatch):
+    monkeypatch.setattr(dense, "available_bytes", lambda device: 10**6)
+    with pytest.raises(
+        MemoryError, match=r"needs 1 dense 2000×2000 float32 matrix\(es\): 0.01 GiB, but 0.00 GiB"
+    ):
+        dense.check_fits(2000, torch.float32, torch.device("cpu"))
+    X, y = torch.randn(20, 2, dtype=D), torch.randn(20, 1, dtype=D)
+    la = lfs.Laplace(mlp(2, 1, width=30), "regression")
+    with pytest.raises(
+        MemoryError, match="full Laplace over P = 1051 parameters .*'diag', 'kron', 'lowrank'"
+    ):
+        la.fit(DataLoader(TensorDataset(X, y), batch_size=10))  # before any P×P allocation
+    assert la.structure is None
+
+
+@pytest.fixture
+def fitted():
+    d = lfs.sinusoid(n=60, dtype=D)
+    model = mlp(1, 1, width=8)
+    loader = DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=20)
+    return model, loader, d
+
+
+def test_one_buffer_gives_the_same_posterior(fitted):
+    model, loader, d = fitted
+    two = lfs.Laplace(model, "regression", sigma_noise=0.3, prior_precision=0.7)
+    two.fit(loader)
+    one = lfs.Laplace(model, "regression", sigma_noise=0.3, prior_precision=0.7, one_buffer=True)
+    one.fit(loader)
+    one.evidence_route = two.evidence_route = "cholesky"
+    with pytest.warns(RuntimeWarning, match="one P×P buffer only"):
+        ev = one.log_marginal_likelihood()
+    torch.testing.assert_close(ev, two.log_marginal_likelihood(), rtol=1e-12, atol=0)
+    Xq = d.X_test[::50]
+    torch.testing.assert_close(one(Xq)[1], two(Xq)[1], rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(one.posterior_variance, two.posterior_variance, rtol=1e-10, atol=0)
+    g = torch.Generator().manual_seed(0)
+    torch.testing.assert_close(
+        one.sample(3, generator=g), two.sample(3, generator=torch.Generator().manual_seed(0))
+    )
+    with pytest.raises(RuntimeError, match="overwritten by its Cholesky factor"):
+        _ = one.H
+    with pytest.raises(RuntimeError, match="fit again"):
+        one.log_marginal_likelihood(prior_precision=2.0)
+    with pytest.raises(ValueError, match="cannot be updated"):
+        one.fit(loader, override=False)
+
+
+def test_factor_is_formed_in_its_own_buffer_and_reused(fitted):
+    model, loader, _ = fitted
+    la = lfs.Laplace(model, "regression", sigma_noise=0.3)
+    la.fit(loader)
+    la.evidence_route = "cholesky"
+    H = la.H.clone()
+    la.log_marginal_likelihood()
+    L1 = la.structure.cached_factor[1]
+    la.log_marginal_likelihood(prior_precision=3.0)
+    L2 = la.structure.cached_factor[1]
+    assert L1.data_ptr() == L2.data_ptr()  # one factor buffer, refilled
+    assert torch.equal(la.H, H)  # H itself untouched
+    P_post = la.posterior_precision
+    torch.testing.assert_close(L2 @ L2.T, P_post, rtol=1e-12, atol=1e-12)
+
+
+def test_jitter_rebuilds_from_H_with_a_warning(fitted):
+    model, loader, _ = fitted
+    la = lfs.Laplace(model, "regression", sigma_noise=0.3)
+    la.fit(loader)
+    H = la.structure.H
+    scale = H.diagonal().mean()
+    H[0, :] = H[:, 0] = 0
+    H[0, 0] = -1e-6 * scale  # slightly indefinite: jitter of 1e-5·scale fixes it
+    tiny, one = torch.tensor(1e-12, dtype=D), torch.tensor(1.0, dtype=D)
+    with pytest.warns(RuntimeWarning, match="added jitter"):
+        L = la.structure.cholesky_factor(tiny, one)
+    assert torch.isfinite(L).all() and L[0, 0] > 0
+    H[0, 0] = -1e3 * scale  # far from positive definite: no jitter up to 1e-3·scale helps
+    with pytest.raises(ValueError, match="far from positive definite"):
+        la.structure.cholesky_factor(tiny * 2, one)
