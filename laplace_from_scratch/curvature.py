@@ -106,9 +106,11 @@ def ggn_diagonal(
 
 
 def jacobian_chunk(n_outputs: int, n_params: int, fraction: float = 1 / 64) -> int:
-    """How many examples' Jacobians (K × P each) at a time keep them below ``fraction`` of one P×P matrix
-    (at least one example): the memory budget of everything dense that is not the P×P buffers."""
-    return max(1, int(fraction * n_params / max(n_outputs, 1)))
+    """How many examples' Jacobians (K × P each) to form at a time: enough for 2²⁰ numbers (4 MiB in
+    float32), or, where P×P is large, up to ``fraction`` of one P×P matrix: the memory budget of everything
+    dense that is not the P×P buffers. At least one example."""
+    K = max(n_outputs, 1)
+    return max(1, int(fraction * n_params / K), (1 << 20) // (K * n_params))
 
 
 class FullGGN:
