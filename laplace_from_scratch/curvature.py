@@ -115,12 +115,11 @@ def jacobian_chunk(n_outputs: int, n_params: int, fraction: float = 1 / 64) -> i
 
 class FullGGN:
     """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the whitened Jacobians
-    J̃ = Λ^½ J of each batch, computed a few examples at a time (:func:`jacobian_chunk`: below 1/64 of a
-    P×P matrix). While N·K < P and the J̃ take at most a quarter of a P×P matrix (or 64 MiB, whichever is
-    larger; 1/32 of it with ``one_buffer``) they are kept for the dual route of the evidence
+    J̃ = Λ^½ J of each batch, computed a few examples at a time (:func:`jacobian_chunk`). While N·K < P
+    and the J̃ take at most a quarter of a P×P matrix (or 64 MiB, whichever is larger; 1/32 of it with
+    ``one_buffer``) they are kept for the dual route of the evidence
     (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past that they are dropped at once. Before
-    allocating H,
-    :func:`~laplace_from_scratch.dense.check_fits` checks that it fits the device."""
+    allocating H, :func:`~laplace_from_scratch.dense.check_fits` checks that it fits the device."""
 
     def __init__(
         self,
@@ -136,6 +135,7 @@ class FullGGN:
         self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
         self.blocks: list[Tensor] | None = []
         self.one_buffer = one_buffer
+        self._posterior = None
         entries_64mib = 2**26 // (torch.finfo(theta.dtype).bits // 8)
         self.dual_budget = P * P // 32 if one_buffer else max(P * P // 4, entries_64mib)
 
@@ -166,8 +166,7 @@ class FullGGN:
     @property
     def can_update(self) -> bool:
         """False once the posterior has overwritten H with its factor (one-buffer mode)."""
-        post = getattr(self, "_posterior", None)
-        return post is None or post._H is not None
+        return self._posterior is None or self._posterior._H is not None
 
 
 class DiagJacobianGGN:

@@ -99,7 +99,34 @@ class Gaussian:
         return -torch.distributions.Normal(mu, (var + sigma_noise**2).sqrt()).log_prob(y).sum()
 
 
-class Categorical:
+class _Classification:
+    """What the two classification likelihoods share: no noise and no constant, δ = N·wd, and the
+    predictive NLL of class probabilities."""
+
+    has_noise = False
+
+    def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
+        """The summed negative log-likelihood (it has no constant)."""
+        return self.nll(f, y)
+
+    def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
+        return sigma_noise.new_zeros(())
+
+    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
+        """δ = N per unit of weight decay (the mean cross-entropy is over N examples)."""
+        return float(n_data)
+
+    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None) -> Tensor:
+        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
+        (probability targets (N, C): the cross-entropy −Σ y log p)."""
+        logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
+        _check_targets(y, probs.shape[1])
+        if y.is_floating_point():
+            return -(y * logp).sum()
+        return -logp.gather(1, y.unsqueeze(1)).sum()
+
+
+class Categorical(_Classification):
     """Softmax classification over K classes; labels are integers in [0, K)."""
 
     name = "classification"
@@ -121,28 +148,6 @@ class Categorical:
         target = y.to(f.dtype) if y.is_floating_point() else F.one_hot(y, f.shape[-1]).to(f.dtype)
         return torch.softmax(f, dim=-1) - target
 
-    has_noise = False
-
-    def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
-        """The summed negative log-likelihood (it has no constant)."""
-        return self.nll(f, y)
-
-    def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
-        return sigma_noise.new_zeros(())
-
-    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
-        """δ = N per unit of weight decay (the mean cross-entropy is over N examples)."""
-        return float(n_data)
-
-    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None) -> Tensor:
-        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
-        (probability targets (N, C): the cross-entropy −Σ y log p)."""
-        logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
-        _check_targets(y, probs.shape[1])
-        if y.is_floating_point():
-            return -(y * logp).sum()
-        return -logp.gather(1, y.unsqueeze(1)).sum()
-
     def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
         """The mean cross-entropy (``nn.CrossEntropyLoss()``)."""
         return F.cross_entropy(f, y)
@@ -161,7 +166,7 @@ class Categorical:
         return torch.softmax(samples, -1).mean(0)
 
 
-class Bernoulli:
+class Bernoulli(_Classification):
     """Binary classification with one logit f: p(y = 1 | f) = σ(f); labels are integers in {0, 1}."""
 
     name = "binary_classification"
@@ -181,28 +186,6 @@ class Bernoulli:
         """∂(−log p)/∂f = σ(f) − y per example. (N, 1)."""
         _check_binary(f, y)
         return torch.sigmoid(f) - y.to(f.dtype).unsqueeze(-1)
-
-    has_noise = False
-
-    def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
-        """The summed negative log-likelihood (it has no constant)."""
-        return self.nll(f, y)
-
-    def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
-        return sigma_noise.new_zeros(())
-
-    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
-        """δ = N per unit of weight decay (the mean cross-entropy is over N examples)."""
-        return float(n_data)
-
-    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None) -> Tensor:
-        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
-        (probability targets (N, C): the cross-entropy −Σ y log p)."""
-        logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
-        _check_targets(y, probs.shape[1])
-        if y.is_floating_point():
-            return -(y * logp).sum()
-        return -logp.gather(1, y.unsqueeze(1)).sum()
 
     def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
         """The mean binary cross-entropy (``nn.BCEWithLogitsLoss()``)."""

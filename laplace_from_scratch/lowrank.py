@@ -34,7 +34,7 @@ from torch import Tensor
 from .devices import randn
 from .functional import Functional
 from .likelihoods import Likelihood
-from .matfree import ggn_vector_product, lanczos
+from .matfree import GGNOperator, MatfreeGGN, lanczos
 from .posterior import prior_precision_diag
 
 
@@ -50,9 +50,10 @@ def top_eigenpairs(matvec, v0: Tensor, k: int, n_iter: int) -> tuple[Tensor, Ten
     return theta, Q @ U
 
 
-class LowRankGGN:
-    """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` runs Lanczos on the GGN of
-    all stored data and returns a :class:`LowRankPosterior` of rank ``rank`` (default 20).
+class LowRankGGN(MatfreeGGN):
+    """Builder: ``update(X)`` stores each batch (and returns f(X), as :class:`MatfreeGGN`); ``finish()``
+    runs Lanczos on the GGN of all stored data and returns a :class:`LowRankPosterior` of rank ``rank``
+    (default 20).
 
     ``n_iter`` Lanczos steps (default min(P, 2·rank + 20)): Ritz values of the largest eigenvalues
     converge first, so a few more steps than the rank suffice when the spectrum decays. The start
@@ -72,23 +73,14 @@ class LowRankGGN:
     ):
         if not isinstance(rank, int) or rank < 1:
             raise ValueError(f"rank must be a positive integer, got {rank!r}")
-        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        super().__init__(f, theta, likelihood, param_sizes)
         self.rank = min(rank, theta.numel())
         self.n_iter = n_iter or min(theta.numel(), 2 * self.rank + 20)
-        self.batches: list[Tensor] = []
-
-    def update(self, X: Tensor) -> Tensor:
-        self.batches.append(X)
-        with torch.no_grad():
-            return self.f(self.theta, X)
-
-    def matvec(self, v: Tensor) -> Tensor:
-        """G v over every stored batch, (P,)."""
-        return sum(ggn_vector_product(self.f, self.theta, X, self.likelihood, v) for X in self.batches)
 
     def finish(self) -> LowRankPosterior:
+        G = GGNOperator(self.f, self.theta, self.likelihood, self.batches)
         v0 = randn((self.theta.numel(),), self.theta, torch.Generator().manual_seed(0))
-        lam, V = top_eigenpairs(self.matvec, v0, self.rank, self.n_iter)
+        lam, V = top_eigenpairs(G.__matmul__, v0, self.rank, self.n_iter)
         return LowRankPosterior(V, lam, self.param_sizes)
 
 

@@ -168,18 +168,9 @@ def slq_log_det(
     are drawn by ``generator`` on its own device (a CPU generator works for a CUDA operator).
     Returns (estimate, standard error over the probes).
     """
-    if n_probes < 2:
-        raise ValueError(f"n_probes must be at least 2 (for a standard error), got {n_probes}")
-    like = torch.empty(0, dtype=dtype or torch.get_default_dtype(), device=device)
-    values = []
-    for _ in range(n_probes):
-        z = rademacher(n_params, like, generator)
-        T, _ = lanczos(matvec, z, m)
-        theta, U = torch.linalg.eigh(T)
-        _check_ritz(theta)
-        values.append(n_params * (U[0] ** 2 * theta.log()).sum())  # ‖z‖² = P
-    v = torch.stack(values)
-    return v.mean(), v.std() / n_probes**0.5
+    like = torch.zeros(n_params, dtype=dtype or torch.get_default_dtype(), device=device)
+    estimate, se, _ = slq_log_det_and_inverse_diagonal(matvec, like, n_probes, m, generator)
+    return estimate, se
 
 
 def _check_ritz(theta: Tensor) -> None:
@@ -224,8 +215,11 @@ def slq_log_det_and_inverse_diagonal(
 
     For a probe z the Lanczos process gives both zᵀ log(A) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ and
     A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T); E[z ⊙ A⁻¹z] = diag(A⁻¹)
-    for Rademacher z. Returns (log det estimate, its standard error, diag(A⁻¹) estimate (P,)).
+    for Rademacher z. ``like`` (P,) gives the vectors' dtype and device. Returns (log det estimate, its
+    standard error over the probes, diag(A⁻¹) estimate (P,)).
     """
+    if n_probes < 2:
+        raise ValueError(f"n_probes must be at least 2 (for a standard error), got {n_probes}")
     P = like.numel()
     values, diag = [], torch.zeros_like(like)
     for _ in range(n_probes):
@@ -234,11 +228,10 @@ def slq_log_det_and_inverse_diagonal(
         theta, U = torch.linalg.eigh(T)
         _check_ritz(theta)
         tau = U[0]
-        values.append(P * (tau**2 * theta.log()).sum())
+        values.append(P * (tau**2 * theta.log()).sum())  # ‖z‖² = P
         diag += z * (z.norm() * (Q @ (U @ (tau / theta))))
     v = torch.stack(values)
-    se = v.std() / n_probes**0.5 if n_probes > 1 else torch.full_like(v[0], float("inf"))
-    return v.mean(), se, diag / n_probes
+    return v.mean(), v.std() / n_probes**0.5, diag / n_probes
 
 
 class _StochasticLogDet(torch.autograd.Function):

@@ -24,21 +24,15 @@ from .matfree import MatfreeGGN
 
 def _diag(module, f, theta, lik, sizes, **_):
     # the layer-wise route for Linear/Conv2d networks; per-example Jacobians for anything else
-    if module is not None and supported_layers(module) is not None:
+    if supported_layers(module) is not None:
         return DiagGGN(module, lik)
     return DiagJacobianGGN(f, theta, lik, sizes)
-
-
-def _kron(module, f, theta, lik, sizes, **_):
-    if module is None:
-        raise ValueError("hessian_structure='kron' needs a network of Linear/Conv2d layers, not a subnetwork")
-    return KFAC(module, lik)
 
 
 BUILDERS: dict[str, Callable] = {
     "full": lambda module, f, theta, lik, sizes, **o: FullGGN(f, theta, lik, sizes, **o),
     "diag": _diag,
-    "kron": _kron,
+    "kron": lambda module, f, theta, lik, sizes, **o: KFAC(module, lik),
     "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(f, theta, lik, sizes, **o),
     "matfree": lambda module, f, theta, lik, sizes, **o: MatfreeGGN(f, theta, lik, sizes, **o),
 }
@@ -72,5 +66,6 @@ def make_builder(
     param_sizes: list[int],
     **options,
 ):
-    """The builder for ``structure``; ``module`` is None where only f(θ, x) exists (a subnetwork)."""
+    """The builder for ``structure``; ``module`` is None where only f(θ, x) exists (a subnetwork, which
+    :func:`check_combination` allows with ``"full"`` only)."""
     return BUILDERS[structure](module, f, theta, likelihood, param_sizes, **options)
