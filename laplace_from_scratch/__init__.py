@@ -9,13 +9,25 @@ then moved: the same numbers on every device) or one on the model's device; data
 the model is an error naming both. Toy data sets are made on the CPU: move them with ``.to(device)``.
 """
 
+from .baselines import ensemble_probs, fit_temperature, mc_dropout_probs
 from .curvature import empirical_fisher, exact_hessian, ggn, ggn_from_jacobians, residual_term
 from .data import ImageData, image_data, sinusoid, toy_linear, toy_multiclass, toy_nonlinear
 from .functional import flatten_params, make_functional, unflatten_params, vector_to_model
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
-from .metrics import accuracy, auroc, brier, calibration_curve, ece, nll, ood_auroc, ood_score
+from .metrics import (
+    accuracy,
+    auroc,
+    auroc_interval,
+    brier,
+    calibration_curve,
+    ece,
+    nll,
+    ood_auroc,
+    ood_auroc_interval,
+    ood_score,
+)
 from .models import PinnedZeroLogit, cnn, mlp
 from .posterior import (
     EigenPosterior,
@@ -37,6 +49,7 @@ from .predictive import (
     nn_samples,
     probit,
     probit_binary,
+    sum_zero,
     two_class,
 )
 from .shift import fgsm, invert, noise_images, rotate
@@ -51,6 +64,12 @@ from .training import (
 )
 
 __all__ = [
+    "auroc_interval",
+    "ensemble_probs",
+    "fit_temperature",
+    "mc_dropout_probs",
+    "ood_auroc_interval",
+    "sum_zero",
     "accuracy",
     "auroc",
     "brier",

@@ -14,8 +14,12 @@ def mlp(
     activation: type[nn.Module] = nn.Tanh,
     seed: int | None = 0,
     dtype: torch.dtype | None = None,
+    dropout: float = 0.0,
 ) -> nn.Sequential:
     """``depth`` hidden layers of ``width`` units with ``activation``, then a linear output layer.
+
+    ``dropout > 0`` puts ``nn.Dropout(dropout)`` after every activation (for MC dropout); the default
+    adds no module.
 
     Initialised from ``torch.manual_seed(seed)`` (PyTorch's default init; ``seed=None`` uses the
     current random state), in ``dtype`` (default: ``torch.get_default_dtype()``). 1-50-50-1 has
@@ -27,6 +31,8 @@ def mlp(
     d = d_in
     for _ in range(depth):
         layers += [nn.Linear(d, width), activation()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
         d = width
     layers.append(nn.Linear(d, d_out))
     return nn.Sequential(*layers).to(dtype or torch.get_default_dtype())
@@ -39,12 +45,13 @@ def cnn(
     in_channels: int = 1,
     seed: int | None = 0,
     dtype: torch.dtype | None = None,
+    dropout: float = 0.0,
 ) -> nn.Sequential:
     """A small CNN for (N, in_channels, image_size, image_size) images, ending in ``nn.Linear``.
 
     [3×3 conv, ReLU, 2×2 max-pool] twice, then a linear layer on the flattened features. For 8×8
     digits with channels (8, 16) it has P = 1898 parameters, for 28×28 MNIST P = 9098. Initialised
-    like :func:`mlp`.
+    like :func:`mlp`. ``dropout > 0`` puts ``nn.Dropout(dropout)`` before the linear layer.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -60,6 +67,7 @@ def cnn(
         nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Flatten(),
+        *([nn.Dropout(dropout)] if dropout else []),
         nn.Linear(c2 * side * side, n_classes),
     ).to(dtype or torch.get_default_dtype())
 

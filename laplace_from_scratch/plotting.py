@@ -131,12 +131,15 @@ def plot_reliability(
     n_bins: int = 15,
     label: str | None = None,
     color: str | None = None,
+    counts_ax: Axes | None = None,
 ) -> float:
     """Reliability diagram: accuracy against mean confidence in each non-empty bin of
     :func:`~laplace_from_scratch.metrics.calibration_curve`, as a line with markers, and the diagonal
     (perfect calibration) once per axes. probs: (N, C), y: (N,). Returns the ECE, shown in the legend.
 
-    Call it again on the same ``ax`` to overlay several predictives.
+    ``counts_ax``: an axes (typically a short one below ``ax``) where the number of points in each
+    confidence bin is drawn as a step histogram on a log scale: bins with few points say little.
+    Call it again on the same axes to overlay several predictives.
     """
     from .metrics import calibration_curve, ece
 
@@ -148,6 +151,10 @@ def plot_reliability(
     full = count > 0
     text = f"ECE {error:.3f}" if label is None else f"{label} (ECE {error:.3f})"
     ax.plot(conf[full], acc[full], marker="o", ms=4, color=color, label=text)
-    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1), aspect="equal")
+    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left", fontsize=8)
+    if counts_ax is not None:
+        edges = torch.linspace(0, 1, n_bins + 1, device="cpu")
+        counts_ax.stairs(count.clamp(min=0.5).numpy(), edges.numpy(), color=color, baseline=0.5)
+        counts_ax.set(xlim=(0, 1), yscale="log", ylabel="points", xlabel="confidence")
     return error

@@ -56,6 +56,20 @@ def probit(f_mu: Tensor, f_var: Tensor) -> Tensor:
     return torch.softmax(kappa * f_mu, dim=-1)
 
 
+def sum_zero(f_var: Tensor) -> Tensor:
+    """C f_var C with C = I − 11ᵀ/K: the covariance of the centred logits f − mean(f)·1.
+
+    f_var: (N, K, K) → (N, K, K).
+
+    softmax(f) = softmax(f − mean(f)·1), so f ~ N(μ, V) and Cf ~ N(Cμ, CVC) give the same predictive
+    E[softmax]: the common-mode part of V, along 1/√K, is invisible to softmax. :func:`probit` shrinks each
+    logit by its own variance and cannot see that; applied to (Cμ, CVC) it only sees what softmax sees.
+    """
+    K = f_var.shape[-1]
+    C = torch.eye(K, dtype=f_var.dtype, device=f_var.device) - 1 / K
+    return C @ f_var @ C
+
+
 def mc_softmax(
     f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
 ) -> Tensor:

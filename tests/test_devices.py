@@ -156,6 +156,15 @@ def exercise_functions(model, X: Tensor, y: Tensor) -> dict[str, Tensor]:
     scores.append(lfs.ood_auroc(probs[:2], probs[1:], "entropy"))
     out["metrics"] = theta.new_tensor(scores)
     out["calibration"] = torch.stack(lfs.calibration_curve(probs, y[:3], 4)[:2])
+    out["sum_zero"] = lfs.probit(f_mu, lfs.sum_zero(f_var))
+    with torch.no_grad():
+        logits = model(X)
+    T = lfs.fit_temperature(logits, y)
+    low, high = lfs.ood_auroc_interval(probs[:2], probs[1:], n_boot=20)[1:]
+    out["baselines"] = theta.new_tensor([T, low, high])
+    out["ensemble"] = lfs.ensemble_probs([model, model], X[:3])
+    dropped = torch.nn.Sequential(model, torch.nn.Dropout(0.5))
+    out["mc_dropout"] = lfs.mc_dropout_probs(dropped, X[:3], n_samples=3)
     imgs = lfs.noise_images(2, (1, 4, 4), seed=3, dtype=X.dtype, device=X.device)
     out["rotate"] = lfs.rotate(imgs, 30.0)
     out["invert"] = lfs.invert(imgs)
