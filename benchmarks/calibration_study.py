@@ -220,22 +220,22 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import machine_meta, write_record
 
-    data, rows, t0 = load(args.size), [], time.perf_counter()
+    data, rows, t0, done = load(args.size), [], time.perf_counter(), []
     for seed in args.seeds:
         t = time.perf_counter()
         names = [m for m in STRUCTURES if not (args.no_full and m == "full")]
         seed_rows, extras = run_seed(args.size, seed, data, {"MLP": names, "CNN": names})
-        rows += seed_rows
+        rows, done = rows + seed_rows, done + [seed]
         print(f"seed {seed}: {time.perf_counter() - t:.0f} s, ‖∇L‖ at the MAP "
               + ", ".join(f"{k} {v:.2g}" for k, v in extras["grad_norm"].items()), flush=True)
-    meta = machine_meta("cpu", size=args.size, seeds=args.seeds, seconds=round(time.perf_counter() - t0))
-    meta |= dict(n_train=len(data.y), n_val=len(data.yv), n_test=len(data.yt), delta0=DELTA0, grid=GRID)
-    pins = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
-    meta["env"] = {k: os.environ.get(k) for k in pins}
-    path = write_record(f"calibration_study_{args.size}", meta, rows, args.out)
+        # written after every seed, so that a long run stopped early keeps the seeds it finished
+        meta = machine_meta("cpu", size=args.size, seeds=done, seconds=round(time.perf_counter() - t0))
+        meta |= dict(n_train=len(data.y), n_val=len(data.yv), n_test=len(data.yt), delta0=DELTA0, grid=GRID)
+        pins = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
+        meta["env"] = {k: os.environ.get(k) for k in pins}
+        path = write_record(f"calibration_study_{args.size}", meta, rows, args.out)
     print(json.dumps(meta))
     print("wrote", path)
-
 
 if __name__ == "__main__":
     main()
