@@ -2,7 +2,8 @@
 # pyproject.toml or this Makefile changes.
 #
 #   make book   execute changed notebooks, build the site, print the path of index.html
-#   make test   everything CI checks: ruff, module tests, nbval, book build with -W
+#   make test   everything CI checks: ruff, module tests, nbval, book build with -W, site check
+#   make site-check  every page of the built site in headless Chromium (after book-html)
 #   make lab    JupyterLab on notebooks/
 #   make bench  the benchmarks in benchmarks/
 #   make bench-gpu  ours vs laplace-torch at scale on a CUDA GPU (install with TORCH=torch for a CUDA build)
@@ -26,7 +27,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # amplifies that into the printed digits), and pin the thread count.
 NB_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
 
-.PHONY: install test lint unit nbval book book-html lab bench bench-gpu clean
+.PHONY: install test lint unit nbval book book-html site-check lab bench bench-gpu clean
 
 install: $(STAMP)
 
@@ -39,7 +40,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check laplace_from_scratch tests tools benchmarks notebooks
+	$(VENV)/bin/ruff check laplace_from_scratch tests tools benchmarks notebooks book/_ext
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -rs tests
@@ -51,7 +52,13 @@ book-html: $(STAMP)
 	rm -rf book/_build
 	$(VENV)/bin/jupyter-book build . --config book/_config.yml --toc book/_toc.yml --path-output book -W -n --keep-going
 
-test: lint unit nbval book-html
+# Every page of the built site in headless Chromium (tools/site_check.py): console errors, failed or
+# off-machine requests, raw TeX, broken links, code or tables wider than the column; screenshots in
+# book/_build/site-check/. Without Chromium it says SKIPPED, unless SITE_CHECK_REQUIRED=1 (CI).
+site-check: $(STAMP)
+	$(PY) tools/site_check.py book/_build/html --shots book/_build/site-check $(if $(SITE_CHECK_REQUIRED),--require-browser)
+
+test: lint unit nbval book-html site-check
 	@echo "make test: all checks passed"
 
 book: $(STAMP)

@@ -1,23 +1,26 @@
-"""Fit time and peak memory of each curvature structure: ours vs laplace-torch (every backend), same run.
+"""Fit time and peak memory of each curvature structure: ours vs laplace-torch (every
+backend), same run.
 
-Two-hidden-layer tanh MLPs on the sinusoid (N = 150 regression), float32. For each width and each
-structure in {full, diag, kron, last-layer full}, fit ours and laplace-torch 0.3 with each of its
-backends (curvlinops = its default, BackPACK, ASDL). Every measurement runs in a fresh subprocess:
+Two-hidden-layer tanh MLPs on the sinusoid (N = 150 regression), float32. For each width
+and each structure in {full, diag, kron, last-layer full}, fit ours and laplace-torch
+0.3 with each of its backends (curvlinops = its default, BackPACK, ASDL). Every
+measurement runs in a fresh subprocess:
 
 * time: the faster of two ``fit`` calls after a warm-up call (which pays one-off costs);
-* peak memory: on CPU the peak resident set size during the fits, sampled every 0.5 ms from
-  ``/proc/self/statm`` by a thread, minus the resident size just before (so: what the fit itself
-  allocates; a spike shorter than the sampling interval can be missed, and values of a few MiB or
-  less are at the resolution of this method); on CUDA the growth of
-  ``torch.cuda.max_memory_allocated``.
+* peak memory: on CPU the peak resident set size during the fits, sampled every 0.5 ms
+  from ``/proc/self/statm`` by a thread, minus the resident size just before (so: what
+  the fit itself allocates; a spike shorter than the sampling interval can be missed,
+  and values of a few MiB or less are at the resolution of this method); on CUDA the
+  growth of ``torch.cuda.max_memory_allocated``.
 
-Failures (unsupported combination, out of memory) are caught and recorded. laplace-torch's
-curvlinops full GGN is skipped above ``--curvlinops-full-max-p`` (at P ≈ 10k it already takes
-~14 s and ~5 GB on 2 CPU threads; it grows as P²).
+Failures (unsupported combination, out of memory) are caught and recorded.
+laplace-torch's curvlinops full GGN is skipped above ``--curvlinops-full-max-p`` (at P ≈
+10k it already takes ~14 s and ~5 GB on 2 CPU threads; it grows as P²).
 
     python benchmarks/bench_fit.py [--widths 50 100 150] [--device cpu|cuda]
 
-Prints a table with ratios (laplace-torch time / ours) and writes results/bench_fit_<date>_<device>.json.
+Prints a table with ratios (laplace-torch time / ours) and writes
+results/bench_fit_<date>_<device>.json.
 """
 
 from __future__ import annotations
@@ -42,10 +45,9 @@ BACKENDS = ["curvlinops", "backpack", "asdl"]
 
 def measure(cfg: dict) -> dict:
     """One measurement, meant to run in its own process."""
+    import laplace_from_scratch as lfs
     import torch
     from torch.utils.data import DataLoader, TensorDataset
-
-    import laplace_from_scratch as lfs
 
     torch.manual_seed(0)
     device = cfg["device"]
@@ -53,20 +55,30 @@ def measure(cfg: dict) -> dict:
     X, y = data.X_train.to(device), data.y_train.to(device)
     model = lfs.mlp(1, 1, width=cfg["width"], dtype=torch.float32).to(device)
     loader = DataLoader(TensorDataset(X, y), batch_size=150)
-    kw = dict(subset_of_weights=cfg["subset"], hessian_structure=cfg["structure"], sigma_noise=0.3)
+    kw = dict(
+        subset_of_weights=cfg["subset"],
+        hessian_structure=cfg["structure"],
+        sigma_noise=0.3,
+    )
     if cfg["impl"] == "ours":
         la = lfs.Laplace(model, "regression", **kw)
     else:
         import laplace
         from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
 
-        backend = {"curvlinops": CurvlinopsGGN, "backpack": BackPackGGN, "asdl": AsdlGGN}[cfg["impl"]]
+        backend = {
+            "curvlinops": CurvlinopsGGN,
+            "backpack": BackPackGGN,
+            "asdl": AsdlGGN,
+        }[cfg["impl"]]
         la = laplace.Laplace(model, "regression", backend=backend, **kw)
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    la.fit(loader)  # warm-up: one-off costs (lazy initialisation, kernel loading) stay out of both numbers
+    # warm-up: one-off costs (lazy initialisation, kernel loading) stay out of both
+    # numbers
+    la.fit(loader)
     times = []
     with RssPeak() as rss:
         for _ in range(2):
@@ -105,34 +117,65 @@ def main() -> None:
     for width in args.widths:
         for subset, structure in STRUCTURES:
             for impl in ["ours", *BACKENDS]:
-                cfg = dict(width=width, subset=subset, structure=structure, impl=impl, device=args.device)
-                P = width * width + 4 * width + 1  # 1-w-w-1 MLP: 2w + (w² + w) + (w + 1)
+                cfg = dict(
+                    width=width,
+                    subset=subset,
+                    structure=structure,
+                    impl=impl,
+                    device=args.device,
+                )
+                # 1-w-w-1 MLP: 2w + (w² + w) + (w + 1)
+                P = width * width + 4 * width + 1
                 if (
                     impl == "curvlinops"
                     and (subset, structure) == ("all", "full")
                     and P > args.curvlinops_full_max_p
                 ):
-                    rows.append({**cfg, "P": P, "error": f"skipped: P > {args.curvlinops_full_max_p}"})
+                    rows.append(
+                        {
+                            **cfg,
+                            "P": P,
+                            "error": f"skipped: P > {args.curvlinops_full_max_p}",
+                        }
+                    )
                 else:
                     rows.append(run(cfg, args.timeout))
                 r = rows[-1]
-                status = r.get("error") or f"{r['fit_s']:8.3f} s  {r['peak_bytes'] / 2**20:8.1f} MiB"
-                print(f"width {width:4d} {subset:>10} {structure:>4} {impl:>10}: {status}", flush=True)
+                status = (
+                    r.get("error")
+                    or f"{r['fit_s']:8.3f} s  {r['peak_bytes'] / 2**20:8.1f} MiB"
+                )
+                print(
+                    f"width {width:4d} {subset:>10} {structure:>4} {impl:>10}: "
+                    f"{status}",
+                    flush=True,
+                )
 
     print("\nratio = laplace-torch fit time / ours (same structure, same run)")
     for width in args.widths:
         for subset, structure in STRUCTURES:
             same = [
-                r for r in rows if (r["width"], r["subset"], r["structure"]) == (width, subset, structure)
+                r
+                for r in rows
+                if (r["width"], r["subset"], r["structure"])
+                == (width, subset, structure)
             ]
             ours = next(r for r in same if r["impl"] == "ours")
             if "error" in ours:
                 continue
-            parts = [f"P={ours['P']:6d} {subset:>10} {structure:>4}: ours {ours['fit_s']:.3f} s"]
+            parts = [
+                f"P={ours['P']:6d} {subset:>10} {structure:>4}: ours "
+                f"{ours['fit_s']:.3f} s"
+            ]
             for r in same:
                 if r["impl"] != "ours":
                     parts.append(
-                        f"{r['impl']} " + ("n/a" if "error" in r else f"{r['fit_s'] / ours['fit_s']:.1f}×")
+                        f"{r['impl']} "
+                        + (
+                            "n/a"
+                            if "error" in r
+                            else f"{r['fit_s'] / ours['fit_s']:.1f}×"
+                        )
                     )
             print(" | ".join(parts))
 
@@ -141,16 +184,23 @@ def main() -> None:
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else cpu_name(),
+        "device_name": torch.cuda.get_device_name()
+        if args.device == "cuda"
+        else cpu_name(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "laplace_torch": getattr(lt, "__version__", "0.3"),
         "python": platform.python_version(),
         "data": "sinusoid N=150, K=1, float32, 1-w-w-1 tanh MLP",
-        "memory": "CPU: peak RSS (sampled every 0.5 ms) during two fits minus RSS before; "
+        "memory": "CPU: peak RSS (sampled every 0.5 ms) during two fits minus RSS "
+        "before; "
         "CUDA: max_memory_allocated growth",
     }
-    out = Path(__file__).resolve().parent.parent / "results" / f"bench_fit_{meta['date']}_{args.device}.json"
+    out = (
+        Path(__file__).resolve().parent.parent
+        / "results"
+        / f"bench_fit_{meta['date']}_{args.device}.json"
+    )
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\nwrote {out}")
 

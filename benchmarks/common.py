@@ -24,7 +24,8 @@ def cpu_name() -> str:
 
 
 class RssPeak:
-    """Peak resident set size of this process while the ``with`` block runs, sampled by a thread."""
+    """Peak resident set size of this process while the ``with`` block runs, sampled by
+    a thread."""
 
     def __init__(self, interval: float = 5e-4):
         self.interval, self.page = interval, os.sysconf("SC_PAGE_SIZE")
@@ -52,15 +53,19 @@ class RssPeak:
 
 
 def run_fresh(script: str, cfg: dict, timeout: int) -> dict:
-    """Run ``script --one <cfg as json>`` in a fresh Python process and return ``cfg`` merged with the
-    dict it printed on its last ``RESULT {...}`` line, or with ``"error"`` (timeout, crash, killed)."""
+    """Run ``script --one <cfg as json>`` in a fresh Python process and return ``cfg``
+    merged with the dict it printed on its last ``RESULT {...}`` line, or with
+    ``"error"`` (timeout, crash, killed)."""
     cmd = [sys.executable, script, "--one", json.dumps(cfg)]
-    # glibc keeps freed blocks below its (dynamically raised) mmap threshold inside the process, so a
-    # second fit could reuse the warm-up's memory without the RSS growing: fix the threshold at 64 KiB
-    # so every large buffer is mapped on allocation and returned on free.
+    # glibc keeps freed blocks below its (dynamically raised) mmap threshold inside the
+    # process, so a second fit could reuse the warm-up's memory without the RSS growing:
+    # fix the threshold at 64 KiB so every large buffer is mapped on allocation and
+    # returned on free.
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env
+        )
     except subprocess.TimeoutExpired:
         return {**cfg, "error": f"timeout after {timeout} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -71,7 +76,8 @@ def run_fresh(script: str, cfg: dict, timeout: int) -> dict:
 
 
 def child(args, measure) -> bool:
-    """In a process started by :func:`run_fresh` (``--one <cfg>``): run ``measure``, print its result."""
+    """In a process started by :func:`run_fresh` (``--one <cfg>``): run ``measure``,
+    print its result."""
     if not args.one:
         return False
     print("RESULT " + json.dumps(measure(json.loads(args.one))), flush=True)
@@ -79,7 +85,9 @@ def child(args, measure) -> bool:
 
 
 def machine_meta(device: str, **extra) -> dict:
-    """The date, the machine and the versions a record was made with (plus ``extra``)."""
+    """The date, the machine and the versions a record was made
+    with (plus ``extra``).
+    """
     import datetime
 
     import laplace
@@ -97,8 +105,11 @@ def machine_meta(device: str, **extra) -> dict:
     }
 
 
-def write_record(name: str, meta: dict, rows: list[dict], out: str | None = None) -> Path:
-    """Write {"meta", "rows"} to ``out`` or results/<name>_<date>_<device>.json; returns the path."""
+def write_record(
+    name: str, meta: dict, rows: list[dict], out: str | None = None
+) -> Path:
+    """Write {"meta", "rows"} to ``out`` or results/<name>_<date>_<device>.json; returns
+    the path."""
     root = Path(__file__).resolve().parent.parent / "results"
     path = Path(out) if out else root / f"{name}_{meta['date']}_{meta['device']}.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

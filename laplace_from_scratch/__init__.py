@@ -1,18 +1,38 @@
-"""laplace_from_scratch: the Laplace approximation for deep networks, built piece by piece.
+"""laplace_from_scratch: the Laplace approximation for deep networks, built piece by
+piece.
 
 One file per idea; see the notebooks for the story.
 
-Device policy (``devices.py``): every tensor the module creates lives on the device, and has the dtype,
-of the parameters it approximates or of the input it derives from. Hyperparameters given as numbers or
-as tensors on another device are converted when set; random draws accept a CPU generator (drawn there,
-then moved: the same numbers on every device) or one on the model's device; data on another device than
-the model is an error naming both. Toy data sets are made on the CPU: move them with ``.to(device)``.
+Device policy (``devices.py``): every tensor the module creates lives on the device, and
+has the dtype, of the parameters it approximates or of the input it derives from.
+Hyperparameters given as numbers or as tensors on another device are converted when set;
+random draws accept a CPU generator (drawn there, then moved: the same numbers on every
+device) or one on the model's device; data on another device than the model is an error
+naming both. Toy data sets are made on the CPU: move them with ``.to(device)``.
 """
 
 from .baselines import ensemble_probs, fit_temperature, mc_dropout_probs
-from .curvature import empirical_fisher, exact_hessian, ggn, ggn_from_jacobians, residual_term
-from .data import ImageData, image_data, sinusoid, toy_linear, toy_multiclass, toy_nonlinear
-from .functional import flatten_params, make_functional, unflatten_params, vector_to_model
+from .curvature import (
+    empirical_fisher,
+    exact_hessian,
+    ggn,
+    ggn_from_jacobians,
+    residual_term,
+)
+from .data import (
+    ImageData,
+    image_data,
+    sinusoid,
+    toy_linear,
+    toy_multiclass,
+    toy_nonlinear,
+)
+from .functional import (
+    flatten_params,
+    make_functional,
+    unflatten_params,
+    vector_to_model,
+)
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood

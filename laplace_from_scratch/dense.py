@@ -1,22 +1,27 @@
-"""Dense P×P algebra at the memory limit: a memory check, a blocked in-place Cholesky, diag(P⁻¹) by blocks.
+"""Dense P×P algebra at the memory limit: a memory check, a blocked in-place Cholesky,
+diag(P⁻¹) by blocks.
 
-Full Laplace needs the P×P GGN H and a factor of P = c·H + diag(p₀). ``torch.linalg.cholesky`` returns a
-new matrix, and even with ``out=`` it makes a full temporary copy, so "H, P and L" easily means three or
-more P×P buffers alive at once. On one GPU the buffer count, not the flops, decides how large a network
-full Laplace reaches. Here:
+Full Laplace needs the P×P GGN H and a factor of P = c·H + diag(p₀).
+``torch.linalg.cholesky`` returns a new matrix, and even with ``out=`` it makes a full
+temporary copy, so "H, P and L" easily means three or more P×P buffers alive at once. On
+one GPU the buffer count, not the flops, decides how large a network full Laplace
+reaches. Here:
 
-* :func:`check_fits` refuses an allocation that cannot fit, *before* making it, and says what would;
-* :func:`cholesky_` factors a matrix in place, block column by block column (right-looking): for each
-  diagonal block A₁₁ of width b,
+* :func:`check_fits` refuses an allocation that cannot fit, *before* making it, and says
+  what would;
+* :func:`cholesky_` factors a matrix in place, block column by block column
+  (right-looking): for each diagonal block A₁₁ of width b,
 
       L₁₁ = chol(A₁₁)          (b×b, a small copy)
       L₂₁ = A₂₁ L₁₁⁻ᵀ           (triangular solve of the panel below it, (P−k)×b)
-      A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ      (only the lower triangle, one block column at a time, ``addmm_`` on views)
+      A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ      (lower triangle only, one block column at a time,
+                                ``addmm_`` on views)
 
-  so the only memory beyond A itself is one panel, O(P·b). The flops are P³/3, as for any Cholesky;
-  blocks make them matrix products (fast), in place makes the memory one buffer;
-* :func:`inverse_diagonal` gives diag(P⁻¹) = the squared column norms of L⁻¹ from triangular solves
-  against b columns of the identity at a time, O(P·b) memory again.
+  so the only memory beyond A itself is one panel, O(P·b). The flops are P³/3, as for
+  any Cholesky; blocks make them matrix products (fast), in place makes the memory one
+  buffer;
+* :func:`inverse_diagonal` gives diag(P⁻¹) = the squared column norms of L⁻¹ from
+  triangular solves against b columns of the identity at a time, O(P·b) memory again.
 
 Shapes: P rows and columns, b the block size.
 """
@@ -30,14 +35,15 @@ from torch import Tensor
 
 
 def default_block(n: int) -> int:
-    """Block width b = n/64, between 128 and 2048: the panel (n × b) is then 1/64 of the matrix, and the
-    blocks are wide enough for fast matrix products."""
+    """Block width b = n/64, between 128 and 2048: the panel (n × b) is then 1/64 of the
+    matrix, and the blocks are wide enough for fast matrix products."""
     return min(2048, max(128, n // 64))
 
 
 # the structures that never allocate P×P, named in the error of check_fits
 SMALLER = (
-    "hessian_structure='diag', 'kron', 'lowrank' or 'matfree', or subset_of_weights='last_layer' "
+    "hessian_structure='diag', 'kron', 'lowrank' or 'matfree', or "
+    "subset_of_weights='last_layer' "
     "(or a subnetwork)"
 )
 
@@ -46,16 +52,23 @@ class NotPositiveDefinite(ValueError):
     """The factorisation met a non-positive pivot at row ``row``."""
 
     def __init__(self, row: int):
-        super().__init__(f"the matrix is not positive definite (pivot {row} is not positive)")
+        super().__init__(
+            f"the matrix is not positive definite (pivot {row} is not positive)"
+        )
         self.row = row
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Free memory on ``device`` in bytes: CUDA's free memory plus what its caching allocator holds unused;
-    on the CPU ``MemAvailable`` (and the address-space limit, if one is set). None where unknown."""
+    """Free memory on ``device`` in bytes: CUDA's free memory plus what its caching
+    allocator holds unused; on the CPU ``MemAvailable`` (and the address-space limit, if
+    one is set). None where unknown."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return (
+            free
+            + torch.cuda.memory_reserved(device)
+            - torch.cuda.memory_allocated(device)
+        )
     if device.type != "cpu":
         return None
     try:
@@ -88,23 +101,31 @@ def fits(n_bytes: int, device: torch.device) -> bool:
 
 
 def check_fits(
-    n: int, dtype: torch.dtype, device: torch.device, n_buffers: float = 1, what: str = ""
+    n: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    n_buffers: float = 1,
+    what: str = "",
 ) -> None:
-    """Raise ``MemoryError`` naming n, the bytes needed and available, and the structures that would fit,
-    if ``n_buffers`` n×n matrices of ``dtype`` cannot be allocated on ``device``."""
+    """Raise ``MemoryError`` naming n, the bytes needed and available, and the
+    structures that would fit, if ``n_buffers`` n×n matrices of ``dtype`` cannot be
+    allocated on ``device``."""
     need, avail = dense_bytes(n, dtype, n_buffers), available_bytes(device)
     if avail is not None and need > avail:
         raise MemoryError(
-            f"{what or 'full Laplace'} needs {n_buffers:g} dense {n}×{n} {str(dtype).removeprefix('torch.')} "
-            f"matrix(es): {need / 2**30:.2f} GiB, but {avail / 2**30:.2f} GiB are available on {device}. "
+            f"{what or 'full Laplace'} needs {n_buffers:g} dense {n}×{n} "
+            f"{str(dtype).removeprefix('torch.')} "
+            f"matrix(es): {need / 2**30:.2f} GiB, but {avail / 2**30:.2f} GiB are "
+            f"available on {device}. "
             f"Use {SMALLER}."
         )
 
 
 def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
-    """Factor a symmetric positive-definite A (P, P) in place: afterwards its lower triangle is L with
-    A = L Lᵀ and its strict upper triangle is zero. Returns A. Raises :class:`NotPositiveDefinite` (A is
-    then partly overwritten: rebuild it before trying again)."""
+    """Factor a symmetric positive-definite A (P, P) in place: afterwards its lower
+    triangle is L with A = L Lᵀ and its strict upper triangle is zero. Returns A. Raises
+    :class:`NotPositiveDefinite` (A is then partly overwritten: rebuild it before trying
+    again)."""
     P = A.shape[0]
     b = default_block(P) if block_size is None else max(1, int(block_size))
     for k in range(0, P, b):
@@ -115,22 +136,30 @@ def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
         A[k:e, k:e].copy_(L11)
         if e == P:
             break
-        panel = A[e:, k:e]  # L₂₁ = A₂₁ L₁₁⁻ᵀ: the solve returns a (P−e)×b temporary, copied back
-        panel.copy_(torch.linalg.solve_triangular(L11.mT, panel, upper=True, left=False))
-        for j in range(e, P, b):  # A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ, lower triangle, one block column at a time
+        # L₂₁ = A₂₁ L₁₁⁻ᵀ: the solve returns a (P−e)×b temporary, copied back
+        panel = A[e:, k:e]
+        panel.copy_(
+            torch.linalg.solve_triangular(L11.mT, panel, upper=True, left=False)
+        )
+        # A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ, lower triangle, one block column at a time
+        for j in range(e, P, b):
             je = min(j + b, P)
             A[j:, j:je].addmm_(panel[j - e :], panel[j - e : je - e].mT, alpha=-1)
     return A.tril_()
 
 
 def inverse_diagonal(L: Tensor, block_size: int | None = None) -> Tensor:
-    """diag((L Lᵀ)⁻¹) (P,) for lower-triangular L: Σᵢᵢ = Σₖ (L⁻¹)ₖᵢ², by solves against b identity columns."""
+    """diag((L Lᵀ)⁻¹) (P,) for lower-triangular L: Σᵢᵢ = Σₖ (L⁻¹)ₖᵢ², by solves against
+    b identity columns."""
     P = L.shape[0]
     block_size = default_block(P) if block_size is None else block_size
     out = L.new_empty(P)
     for k in range(0, P, block_size):
         e = min(k + block_size, P)
         E = torch.zeros(P - k, e - k, dtype=L.dtype, device=L.device)
-        E.fill_diagonal_(1)  # columns k..e of I; the rows above k of L⁻¹ E are zero, so solve from row k
-        out[k:e] = torch.linalg.solve_triangular(L[k:, k:], E, upper=False).square().sum(0)
+        # columns k..e of I; the rows above k of L⁻¹ E are zero, so solve from row k
+        E.fill_diagonal_(1)
+        out[k:e] = (
+            torch.linalg.solve_triangular(L[k:, k:], E, upper=False).square().sum(0)
+        )
     return out

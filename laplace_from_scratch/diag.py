@@ -1,20 +1,22 @@
 """The exact diagonal of the GGN, layer by layer, without per-example Jacobians.
 
-The diagonal of G = Σₙ Jₙᵀ Λₙ Jₙ is Σₙ Σ꜀ (Jₙᵀ sₙ꜀)² elementwise, sₙ꜀ the columns of Λₙ^½. Forming
-every Jₙ (N·K × P numbers) and squaring it is what :func:`~laplace_from_scratch.curvature.ggn_diagonal`
-does: simple, exact for any network, and slow. For a Linear layer z = W a + b the entry of Jₙᵀ sₙ꜀
-for weight W_oi is gₙ꜀ₒ aₙᵢ (``layers.py``), so
+The diagonal of G = Σₙ Jₙᵀ Λₙ Jₙ is Σₙ Σ꜀ (Jₙᵀ sₙ꜀)² elementwise, sₙ꜀ the columns of
+Λₙ^½. Forming every Jₙ (N·K × P numbers) and squaring it is what
+:func:`~laplace_from_scratch.curvature.ggn_diagonal` does: simple, exact for any
+network, and slow. For a Linear layer z = W a + b the entry of Jₙᵀ sₙ꜀ for weight W_oi
+is gₙ꜀ₒ aₙᵢ (``layers.py``), so
 
     diag G_W = Σₙ (Σ꜀ gₙ꜀²) ⊗ aₙ²    →  one (out × n)·(n × in) matrix product per layer,
     diag G_b = Σₙ Σ꜀ gₙ꜀²,
 
-from one forward pass and K backward passes per batch: what a training step costs, times K. A Conv2d
-shares W over T positions, so its per-example entry is a sum over positions, Σₜ gₙ꜀ₒₜ uₙᵢₜ, which
-must be squared after summing: one (out × T)·(T × in·kh·kw) product per example and column. The same
-holds for a Linear layer applied to a sequence (input (n, ..., in)).
+from one forward pass and K backward passes per batch: what a training step costs, times
+K. A Conv2d shares W over T positions, so its per-example entry is a sum over positions,
+Σₜ gₙ꜀ₒₜ uₙᵢₜ, which must be squared after summing: one (out × T)·(T × in·kh·kw) product
+per example and column. The same holds for a Linear layer applied to a sequence (input
+(n, ..., in)).
 
-Networks with parameters in other kinds of layers fall back to the Jacobian route (``Laplace`` does
-this by itself).
+Networks with parameters in other kinds of layers fall back to the Jacobian route
+(``Laplace`` does this by itself).
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -29,28 +31,34 @@ from .likelihoods import Likelihood
 
 
 class DiagGGN:
-    """Accumulates diag(G) over batches: ``update(X)`` per batch, then ``diagonal()`` (P,), in the order
-    of ``model.parameters()`` (the flat θ of ``functional.py``). Every trainable parameter must belong
-    to an ``nn.Linear`` or an ``nn.Conv2d`` (see :func:`~laplace_from_scratch.layers.supported_layers`)."""
+    """Accumulates diag(G) over batches: ``update(X)`` per batch, then ``diagonal()``
+    (P,), in the order of ``model.parameters()`` (the flat θ of ``functional.py``).
+    Every trainable parameter must belong to an ``nn.Linear`` or an ``nn.Conv2d`` (see
+    :func:`~laplace_from_scratch.layers.supported_layers`)."""
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
         layers = supported_layers(model)
         if layers is None:
             raise ValueError(
-                "the layer-wise diagonal needs every trainable parameter in an nn.Linear or nn.Conv2d; "
+                "the layer-wise diagonal needs every trainable parameter in an "
+                "nn.Linear or nn.Conv2d; "
                 "use curvature.ggn_diagonal (per-example Jacobians) for other networks"
             )
         self.model, self.likelihood, self.layers = model, likelihood, layers
         # one running sum per trainable parameter tensor, shaped like it
         self.sums = {
-            (m, name): torch.zeros_like(p, memory_format=torch.contiguous_format).detach()
+            (m, name): torch.zeros_like(
+                p, memory_format=torch.contiguous_format
+            ).detach()
             for m in layers
             for name, p in m.named_parameters(recurse=False)
             if p.requires_grad
         }
 
     def update(self, X: Tensor) -> Tensor:
-        """Add one batch (inputs X of ``model``); return its outputs f (n, K), detached."""
+        """Add one batch (inputs X of ``model``); return its
+        outputs f (n, K), detached.
+        """
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for i, m in enumerate(self.layers):
             a, gs = bp.inputs[i], [g[i] for g in bp.grads]
@@ -63,11 +71,17 @@ class DiagGGN:
                     b += g2.sum(0)
                 continue
             if isinstance(m, nn.Conv2d):
-                U, gs = unfold(m, a), [g.flatten(2) for g in gs]  # (n, in·kh·kw, T), (n, out, T)
+                # (n, in·kh·kw, T), (n, out, T)
+                U, gs = (
+                    unfold(m, a),
+                    [g.flatten(2) for g in gs],
+                )
             else:  # a Linear on (n, ..., in): the positions are the middle dimensions
                 U = a.reshape(a.shape[0], -1, a.shape[-1]).mT
                 gs = [g.reshape(g.shape[0], -1, g.shape[-1]).mT for g in gs]
-            for g in gs:  # per-example Σₜ gₙ꜀ₜ uₙₜᵀ, squared after the sum over positions
+            for (
+                g
+            ) in gs:  # per-example Σₜ gₙ꜀ₜ uₙₜᵀ, squared after the sum over positions
                 if w is not None:
                     w += torch.bmm(g, U.mT).square().sum(0).reshape(w.shape)
                 if b is not None:
@@ -79,7 +93,10 @@ class DiagGGN:
         return torch.cat([d.reshape(-1) for d in self.sums.values()])
 
     def finish(self):
-        """The :class:`~laplace_from_scratch.posterior.DiagPosterior` of the diagonal."""
+        """The
+        :class:`~laplace_from_scratch.posterior.DiagPosterior`
+        of the diagonal.
+        """
         from .posterior import DiagPosterior
 
         return DiagPosterior(self.diagonal(), [d.numel() for d in self.sums.values()])
@@ -88,7 +105,8 @@ class DiagGGN:
 def ggn_diagonal_layerwise(
     model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256
 ) -> Tensor:
-    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), layer by layer over batches of ``batch_size`` inputs (:class:`DiagGGN`)."""
+    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), layer by layer over batches of ``batch_size`` inputs
+    (:class:`DiagGGN`)."""
     acc = DiagGGN(model, likelihood)
     for start in range(0, X.shape[0], batch_size):
         acc.update(X[start : start + batch_size])

@@ -26,15 +26,21 @@ def flatten_params(model: nn.Module) -> Tensor:
     The order is ``model.named_parameters()``, the same order laplace-torch uses
     (``parameters_to_vector``).
     """
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+    return torch.cat(
+        [p.detach().reshape(-1) for p in model.parameters() if p.requires_grad]
+    )
 
 
 def unflatten_params(theta: Tensor, model: nn.Module) -> dict[str, Tensor]:
-    """Split a flat vector θ of shape (P,) into a ``{name: tensor}`` dict shaped like ``model``."""
+    """Split a flat vector θ of shape (P,) into a ``{name: tensor}`` dict shaped like
+    ``model``."""
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     n_params = sum(p.numel() for _, p in named)
     if theta.shape != (n_params,):
-        raise ValueError(f"theta has shape {tuple(theta.shape)} but the model has {n_params} parameters")
+        raise ValueError(
+            f"theta has shape {tuple(theta.shape)} but the model has {n_params} "
+            "parameters"
+        )
     params, i = {}, 0
     for name, p in named:
         params[name] = theta[i : i + p.numel()].view_as(p)
@@ -69,16 +75,23 @@ def vector_to_model(theta: Tensor, model: nn.Module) -> None:
 
 
 def last_layer_functional(model: nn.Module) -> tuple[Functional, Tensor, list[int]]:
-    """``(f, theta, sizes)`` for the last ``nn.Linear`` of an ``nn.Sequential``, the rest held fixed.
+    """``(f, theta, sizes)`` for the last ``nn.Linear`` of an ``nn.Sequential``, the
+    rest held fixed.
 
-    f(θ, X) = W φ(X)ᵀ + b with features φ = ``model[:-1]`` at their current weights and θ = [vec W, b]
-    (laplace-torch's order); ``sizes`` are the sizes of W and b. φ carries no gradient: f is linear in θ.
+    f(θ, X) = W φ(X)ᵀ + b with features φ = ``model[:-1]`` at their current weights and
+    θ = [vec W, b] (laplace-torch's order); ``sizes`` are the sizes of W and b. φ
+    carries no gradient: f is linear in θ.
     """
     if not isinstance(model, nn.Sequential) or not isinstance(model[-1], nn.Linear):
         raise ValueError(
-            "subset_of_weights='last_layer' needs an nn.Sequential whose last module is an nn.Linear, "
+            "subset_of_weights='last_layer' needs an nn.Sequential whose last module "
+            "is an nn.Linear, "
             f"got {type(model).__name__}"
-            + (f" ending in {type(model[-1]).__name__}" if isinstance(model, nn.Sequential) else "")
+            + (
+                f" ending in {type(model[-1]).__name__}"
+                if isinstance(model, nn.Sequential)
+                else ""
+            )
         )
     features, last = model[:-1], model[-1]
     g, theta = make_functional(last)

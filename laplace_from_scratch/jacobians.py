@@ -22,7 +22,9 @@ from .functional import Functional
 
 
 def jacobian_loop(f: Functional, theta: Tensor, X: Tensor) -> Tensor:
-    """J (N, K, P) by N·K calls of ``torch.autograd.grad``: slow, and obviously right."""
+    """J (N, K, P) by N·K calls of ``torch.autograd.grad``:
+    slow, and obviously right.
+    """
     theta = theta.detach().requires_grad_(True)
     out = f(theta, X)  # (N, K)
     N, K = out.shape
@@ -34,9 +36,14 @@ def jacobian_loop(f: Functional, theta: Tensor, X: Tensor) -> Tensor:
 
 
 def jacobian(
-    f: Functional, theta: Tensor, X: Tensor, mode: str = "rev", chunk_size: int | None = None
+    f: Functional,
+    theta: Tensor,
+    X: Tensor,
+    mode: str = "rev",
+    chunk_size: int | None = None,
 ) -> Tensor:
-    """J (N, K, P) with ``vmap`` over the N examples of ``jacrev`` (``mode="rev"``) or ``jacfwd``.
+    """J (N, K, P) with ``vmap`` over the N examples of ``jacrev`` (``mode="rev"``) or
+    ``jacfwd``.
 
     ``chunk_size`` bounds how many examples ``vmap`` processes at once (memory).
     """
@@ -51,9 +58,11 @@ def jacobian(
 
 
 def last_layer_jacobian(phi: Tensor, n_outputs: int) -> Tensor:
-    """Closed-form Jacobian of f = W φ + b with respect to θ = [vec W, b] (row-major W, (K, D)).
+    """Closed-form Jacobian of f = W φ + b with respect to θ = [vec W, b] (row-major W,
+    (K, D)).
 
-    ∂fₖ/∂W_kj = φⱼ and ∂fₖ/∂bₖ = 1, so Jₙ = [I_K ⊗ φₙᵀ, I_K]. phi: (N, D) → (N, K, K·D + K).
+    ∂fₖ/∂W_kj = φⱼ and ∂fₖ/∂bₖ = 1, so Jₙ = [I_K ⊗ φₙᵀ, I_K]. phi: (N, D) → (N, K, K·D +
+    K).
     """
     N, D = phi.shape
     eye = torch.eye(n_outputs, dtype=phi.dtype, device=phi.device)

@@ -4,38 +4,41 @@ For a Linear layer z = W a + b inside the network, the GGN block of W is
 
     Σₙ (Jzₙᵀ Λₙ Jzₙ) ⊗ (aₙ aₙᵀ),        Jzₙ = ∂f(xₙ)/∂zₙ  (K, out),
 
-an exact sum of N Kronecker products. KFAC replaces the sum of products by a product of sums,
+an exact sum of N Kronecker products. KFAC replaces the sum of products by a product of
+sums,
 
     B ⊗ A   with   B = Σₙ Jzₙᵀ Λₙ Jzₙ  (out, out),   A = (1/N) Σₙ aₙ aₙᵀ  (in, in),
 
-keeps the bias block B alone (its "input" is the constant 1), and drops every block between
-different parameter tensors. This is laplace-torch's convention with its default (curvlinops)
-backend; only the product B ⊗ A enters the posterior, so how a constant is split between B and A
-does not matter. With eigendecompositions B = Q_B diag(λ_B) Q_Bᵀ and A = Q_A diag(λ_A) Q_Aᵀ,
+keeps the bias block B alone (its "input" is the constant 1), and drops every block
+between different parameter tensors. This is laplace-torch's convention with its default
+(curvlinops) backend; only the product B ⊗ A enters the posterior, so how a constant is
+split between B and A does not matter. With eigendecompositions B = Q_B diag(λ_B) Q_Bᵀ
+and A = Q_A diag(λ_A) Q_Aᵀ,
 
     c·(B ⊗ A) + δ I = (Q_B ⊗ Q_A) diag(c·λ_B ⊗ λ_A + δ) (Q_B ⊗ Q_A)ᵀ,
 
-so log-determinants, inverses, square roots and J Σ Jᵀ cost O(out³ + in³) per layer, and a new
-prior precision δ (scalar or one per parameter tensor) only changes the diagonal.
+so log-determinants, inverses, square roots and J Σ Jᵀ cost O(out³ + in³) per layer, and
+a new prior precision δ (scalar or one per parameter tensor) only changes the diagonal.
 
-Conv2d (groups = 1). At each of the T output positions t the layer is a Linear layer on the
-unfolded input patch: zₙₜ = W uₙₜ + b, with W (out, in·kh·kw) = the weight (out, in, kh, kw)
-flattened row-major, uₙₜ (in·kh·kw) = ``F.unfold(x)[n, :, t]`` (same (in, kh, kw) order, zero
-padding included) and zₙₜ = the output z[n, :, i, j] at t = (i, j). The exact block is then
-Σₙ Σₜₜ' (Jzₙₜᵀ Λₙ Jzₙₜ') ⊗ (uₙₜ uₙₜ'ᵀ). Like laplace-torch's default backend (curvlinops'
-KFAC-"expand", Eschenhagen et al. 2023), we treat the N·T (example, position) pairs as independent
-inputs of a Linear layer sharing W:
+Conv2d (groups = 1). At each of the T output positions t the layer is a Linear layer on
+the unfolded input patch: zₙₜ = W uₙₜ + b, with W (out, in·kh·kw) = the weight (out, in,
+kh, kw) flattened row-major, uₙₜ (in·kh·kw) = ``F.unfold(x)[n, :, t]`` (same (in, kh,
+kw) order, zero padding included) and zₙₜ = the output z[n, :, i, j] at t = (i, j). The
+exact block is then Σₙ Σₜₜ' (Jzₙₜᵀ Λₙ Jzₙₜ') ⊗ (uₙₜ uₙₜ'ᵀ). Like laplace-torch's default
+backend (curvlinops' KFAC-"expand", Eschenhagen et al. 2023), we treat the N·T (example,
+position) pairs as independent inputs of a Linear layer sharing W:
 
-    B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ  (out, out),     A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ  (in·kh·kw, in·kh·kw),
+B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ  (out, out),     A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ  (in·kh·kw,
+in·kh·kw),
 
-i.e. B sums over positions while A averages over them (curvlinops divides its patch covariance by
-the batch size times T, and laplace-torch rescales each batch's A by batch size / N). The bias
-block is B alone; weight and bias come in ``parameters()`` order (weight first), as in
-laplace-torch. With T = 1 (a kernel covering the whole, unpadded input) this is exactly the KFAC
-of the equivalent Linear layer.
+i.e. B sums over positions while A averages over them (curvlinops divides its patch
+covariance by the batch size times T, and laplace-torch rescales each batch's A by batch
+size / N). The bias block is B alone; weight and bias come in ``parameters()`` order
+(weight first), as in laplace-torch. With T = 1 (a kernel covering the whole, unpadded
+input) this is exactly the KFAC of the equivalent Linear layer.
 
-Vectorisation: W (out, in) — or a Conv2d weight (out, in, kh, kw) — flattens row-major, so entry
-(o, i) is index o·in + i, matching B ⊗ A.
+Vectorisation: W (out, in) — or a Conv2d weight (out, in, kh, kw) — flattens row-major,
+so entry (o, i) is index o·in + i, matching B ⊗ A.
 
 Shapes: N examples, K outputs, P parameters, T output positions of a Conv2d.
 """
@@ -54,7 +57,8 @@ from .likelihoods import Likelihood
 
 @dataclass
 class KronBlock:
-    """One parameter tensor's block: B ⊗ A for a weight (``A`` not None), B alone for a bias."""
+    """One parameter tensor's block: B ⊗ A for a weight (``A`` not None), B alone for a
+    bias."""
 
     B: Tensor
     A: Tensor | None = None
@@ -68,11 +72,12 @@ class KronBlock:
 
 
 class KFAC:
-    """Accumulates the KFAC factors over batches: ``update(X)`` per batch, then ``blocks()``.
+    """Accumulates the KFAC factors over batches: ``update(X)`` per batch, then
+    ``blocks()``.
 
-    Every parameter of ``model`` must belong to an ``nn.Linear`` or an ``nn.Conv2d``. B is summed
-    and A averaged over all inputs seen (and, for Conv2d, over output positions). Cost: one forward and
-    K backward passes per batch (``layers.py``).
+    Every parameter of ``model`` must belong to an ``nn.Linear`` or an ``nn.Conv2d``. B
+    is summed and A averaged over all inputs seen (and, for Conv2d, over output
+    positions). Cost: one forward and K backward passes per batch (``layers.py``).
     """
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
@@ -80,34 +85,47 @@ class KFAC:
         layers = supported_layers(model)
         if layers is None:
             raise ValueError(
-                "hessian_structure='kron' supports networks whose parameters all belong to "
+                "hessian_structure='kron' supports networks whose parameters all "
+                "belong to "
                 "nn.Linear or nn.Conv2d layers"
             )
         self.layers = layers
         for m in layers:
             if isinstance(m, nn.Conv2d):
                 conv_padding(m)  # unsupported convolutions fail here, before any data
-        # weight (out, in) or (out, in, kh, kw): B is out × out, A is in × in or in·kh·kw × in·kh·kw
-        self.B = {m: m.weight.new_zeros(m.weight.shape[0], m.weight.shape[0]) for m in self.layers}
-        self.A = {m: m.weight.new_zeros(m.weight[0].numel(), m.weight[0].numel()) for m in self.layers}
+        # weight (out, in) or (out, in, kh, kw): B is out × out, A is in × in or
+        # in·kh·kw × in·kh·kw
+        self.B = {
+            m: m.weight.new_zeros(m.weight.shape[0], m.weight.shape[0])
+            for m in self.layers
+        }
+        self.A = {
+            m: m.weight.new_zeros(m.weight[0].numel(), m.weight[0].numel())
+            for m in self.layers
+        }
         self.n = 0
 
     @staticmethod
     def _input_outer(m: nn.Module, x: Tensor) -> Tensor:
-        """Σₙ aₙ aₙᵀ for a Linear layer; (1/T) Σₙ Σₜ uₙₜ uₙₜᵀ over the unfolded patches for a Conv2d."""
+        """Σₙ aₙ aₙᵀ for a Linear layer; (1/T) Σₙ Σₜ uₙₜ uₙₜᵀ over the unfolded patches
+        for a Conv2d."""
         if isinstance(m, nn.Linear):
             return x.T @ x
         U = unfold(m, x)  # (n, in·kh·kw, T)
         return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]
 
     def update(self, X: Tensor) -> Tensor:
-        """Add one batch (inputs X of ``model``) to the factors; return its outputs (n, K), detached."""
+        """Add one batch (inputs X of ``model``) to the factors; return its outputs (n,
+        K), detached."""
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for m, a in zip(self.layers, bp.inputs, strict=True):
             self.A[m] += self._input_outer(m, a)
-        for grads in bp.grads:  # one column c of Λ^½: row n (and position t) of g is Jzₙₜᵀ sₙ꜀
+        for (
+            grads
+        ) in bp.grads:  # one column c of Λ^½: row n (and position t) of g is Jzₙₜᵀ sₙ꜀
             for m, g in zip(self.layers, grads, strict=True):
-                g = g.movedim(1, -1).reshape(-1, g.shape[1])  # Conv2d: (n, out, h, w) → (n·h·w, out)
+                # Conv2d: (n, out, h, w) → (n·h·w, out)
+                g = g.movedim(1, -1).reshape(-1, g.shape[1])
                 self.B[m] += g.T @ g
         self.n += X.shape[0]
         return bp.f
@@ -119,7 +137,9 @@ class KFAC:
             for name, p in m.named_parameters(recurse=False):
                 if p.requires_grad:
                     out.append(
-                        KronBlock(self.B[m], self.A[m] / self.n) if name == "weight" else KronBlock(self.B[m])
+                        KronBlock(self.B[m], self.A[m] / self.n)
+                        if name == "weight"
+                        else KronBlock(self.B[m])
                     )
         return out
 
@@ -127,8 +147,11 @@ class KFAC:
         return KronPosterior(self.blocks())
 
 
-def kfac(model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256) -> list[KronBlock]:
-    """The KFAC blocks of the GGN of the summed loss over inputs X, one per parameter tensor."""
+def kfac(
+    model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256
+) -> list[KronBlock]:
+    """The KFAC blocks of the GGN of the summed loss over inputs X, one per parameter
+    tensor."""
     acc = KFAC(model, likelihood)
     for start in range(0, X.shape[0], batch_size):
         acc.update(X[start : start + batch_size])
@@ -136,11 +159,13 @@ def kfac(model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 
 
 
 class KronPosterior:
-    """Eigendecomposed KFAC blocks; the posterior precision is block-diag(c·Bₗ ⊗ Aₗ + δₗ I), c = 1/(σ²T).
+    """Eigendecomposed KFAC blocks; the posterior precision is block-diag(c·Bₗ ⊗ Aₗ + δₗ
+    I), c = 1/(σ²T).
 
-    Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol; the prior precision must
-    be a scalar or one value per parameter tensor (block). ``H`` is the structure itself (as in
-    laplace-torch, whose ``H`` for KFAC is a Kronecker object with ``to_matrix()``).
+    Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol; the
+    prior precision must be a scalar or one value per parameter tensor (block). ``H`` is
+    the structure itself (as in laplace-torch, whose ``H`` for KFAC is a Kronecker
+    object with ``to_matrix()``).
     """
 
     def __init__(self, blocks: list[KronBlock]):
@@ -180,7 +205,9 @@ class KronPosterior:
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
         if self.route == "eigen":
-            raise ValueError("evidence_route='eigen' is for hessian_structure='full', not 'kron'")
+            raise ValueError(
+                "evidence_route='eigen' is for hessian_structure='full', not 'kron'"
+            )
         return sum(ev.log().sum() for ev in self.precision_eigvals(prior, factor))
 
     def _rotate(self, i: int, V: Tensor, inverse: bool = False) -> Tensor:
@@ -193,7 +220,9 @@ class KronPosterior:
         return W.reshape(V.shape[0], -1)
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        """J Σ Jᵀ per input, block by block in the eigenbases. J: (N, K, P) → (N, K, K)."""
+        """J Σ Jᵀ per input, block by block in the eigenbases. J:
+        (N, K, P) → (N, K, K).
+        """
         N, K, P = J.shape
         J2 = J.reshape(N * K, P)
         out = torch.zeros(N, K, K, dtype=J.dtype, device=J.device)
@@ -211,11 +240,17 @@ class KronPosterior:
             _, QB, _, QA = self.eig[i]
             if QA is None:
                 parts.append(QB**2 @ (1 / ev))
-            else:  # diag((Q_B ⊗ Q_A) D (Q_B ⊗ Q_A)ᵀ) = vec(Q_B² D Q_A²ᵀ) with D = 1/ev as (out, in)
-                parts.append((QB**2 @ (1 / ev).reshape(QB.shape[0], -1) @ (QA**2).T).reshape(-1))
+            # diag((Q_B ⊗ Q_A) D (Q_B ⊗ Q_A)ᵀ) = vec(Q_B² D Q_A²ᵀ) with D = 1/ev as
+            # (out, in)
+            else:
+                parts.append(
+                    (QB**2 @ (1 / ev).reshape(QB.shape[0], -1) @ (QA**2).T).reshape(-1)
+                )
         return torch.cat(parts)
 
-    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+    def sample(
+        self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
+    ) -> Tensor:
         """Draws from N(0, Σ), (S, P): Q diag(ev)^-½ ε per block."""
         parts = []
         for i, ev in enumerate(self.precision_eigvals(prior, factor)):
@@ -229,12 +264,15 @@ class KronPosterior:
 
     def covariance(self, prior: Tensor, factor: Tensor) -> KronMatrix:
         """Σ = P⁻¹ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
-        return KronMatrix(self, [1 / ev for ev in self.precision_eigvals(prior, factor)])
+        return KronMatrix(
+            self, [1 / ev for ev in self.precision_eigvals(prior, factor)]
+        )
 
 
 @dataclass
 class KronMatrix:
-    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ): a posterior precision or covariance of KFAC."""
+    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ): a posterior precision or
+    covariance of KFAC."""
 
     structure: KronPosterior
     values: list[Tensor]
@@ -244,7 +282,9 @@ class KronMatrix:
         blocks = []
         for i, v in enumerate(self.values):
             # rows of the rotated identity are the Kronecker eigenvectors: it is Qᵀ
-            Qt = self.structure._rotate(i, torch.eye(v.numel(), dtype=v.dtype, device=v.device), inverse=True)
+            Qt = self.structure._rotate(
+                i, torch.eye(v.numel(), dtype=v.dtype, device=v.device), inverse=True
+            )
             blocks.append((Qt.T * v) @ Qt)
         return torch.block_diag(*blocks)
 
@@ -253,13 +293,15 @@ class KronMatrix:
 
 
 def kron_prior(prior: Tensor, n_blocks: int) -> Tensor:
-    """A prior precision as one value per parameter tensor (KFAC block), (n_blocks,); a scalar is
-    repeated. One value per parameter cannot be expressed by KFAC's eigendecompositions: ValueError."""
+    """A prior precision as one value per parameter tensor (KFAC block), (n_blocks,); a
+    scalar is repeated. One value per parameter cannot be expressed by KFAC's
+    eigendecompositions: ValueError."""
     if prior.numel() == 1:
         return prior.reshape(()).expand(n_blocks)
     if prior.ndim != 1 or prior.numel() != n_blocks:
         raise ValueError(
-            "hessian_structure='kron' needs a scalar prior_precision or one value per parameter tensor "
+            "hessian_structure='kron' needs a scalar prior_precision or one value per "
+            "parameter tensor "
             f"({n_blocks}), got shape {tuple(prior.shape)}"
         )
     return prior

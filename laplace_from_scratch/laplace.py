@@ -3,29 +3,32 @@
     la = Laplace(model, "regression", subset_of_weights="all", hessian_structure="full",
                  sigma_noise=0.3, prior_precision=1.0, prior_mean=0.0, temperature=1.0)
     la.fit(train_loader)
-    la.log_marginal_likelihood()          # scalar, differentiable in prior_precision / sigma_noise
+    la.log_marginal_likelihood()          # scalar, differentiable in δ and σ
     f_mu, f_var = la(x, pred_type="glm")  # regression: (N, K), (N, K, K)
     probs = la(x, link_approx="probit")   # classification: (N, C) class probabilities
     la.sample(100)                        # (100, P)
 
-Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2 logits; integer,
-one-hot or probability targets) and ``"binary_classification"`` (one logit, sigmoid; laplace-torch 0.3
-has no such option: it is the two-class softmax with one logit pinned at 0; C = 2 in its predictives).
+Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2
+logits; integer, one-hot or probability targets) and ``"binary_classification"`` (one
+logit, sigmoid; laplace-torch 0.3 has no such option: it is the two-class softmax with
+one logit pinned at 0; C = 2 in its predictives).
 
-Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (the last ``nn.Linear`` of an
-``nn.Sequential`` on frozen features) or ``"subnetwork"`` (the flat parameter indices
-``subnetwork_indices``, full GGN over them, as laplace-torch's ``SubnetLaplace``). Structures
-(``hessian_structure``): ``"full"``, ``"diag"``, ``"kron"`` (KFAC), ``"lowrank"`` (top-``rank``
-eigenpairs of the GGN) and ``"matfree"`` (GGN-vector products only: CG, Lanczos, SLQ); options of a
-structure (``rank``, ``n_probes``, ...) are passed as keyword arguments.
+Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (the last ``nn.Linear`` of
+an ``nn.Sequential`` on frozen features) or ``"subnetwork"`` (the flat parameter indices
+``subnetwork_indices``, full GGN over them, as laplace-torch's ``SubnetLaplace``).
+Structures (``hessian_structure``): ``"full"``, ``"diag"``, ``"kron"`` (KFAC),
+``"lowrank"`` (top-``rank`` eigenpairs of the GGN) and ``"matfree"`` (GGN-vector
+products only: CG, Lanczos, SLQ); options of a structure (``rank``, ``n_probes``, ...)
+are passed as keyword arguments.
 
-**Defaults differ from laplace-torch's**: ours are ``"all"`` and ``"full"`` (the reference every other
-structure is measured against), laplace-torch's are ``"last_layer"`` and ``"kron"``. Pass both
-arguments to get the same object from either library.
+**Defaults differ from laplace-torch's**: ours are ``"all"`` and ``"full"`` (the
+reference every other structure is measured against), laplace-torch's are
+``"last_layer"`` and ``"kron"``. Pass both arguments to get the same object from either
+library.
 
-Everything structure-specific lives in a posterior object (``posterior.py`` protocol; ``la.structure``
-after ``fit``); this class holds the hyperparameters, runs the fit loop, and composes the evidence,
-predictions and tuning from that object's five methods.
+Everything structure-specific lives in a posterior object (``posterior.py`` protocol;
+``la.structure`` after ``fit``); this class holds the hyperparameters, runs the fit
+loop, and composes the evidence, predictions and tuning from that object's five methods.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -55,9 +58,9 @@ SUBSETS = ("all", "last_layer", "subnetwork")
 
 @dataclass
 class Weights:
-    """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the parameter tensor sizes,
-    and what the curvature builders see: ``module`` on inputs ``features(x)`` (None where only f exists),
-    with functional form ``f_in``."""
+    """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the
+    parameter tensor sizes, and what the curvature builders see: ``module`` on inputs
+    ``features(x)`` (None where only f exists), with functional form ``f_in``."""
 
     f: Functional
     theta: Tensor
@@ -71,7 +74,9 @@ def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Wei
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not any(p.requires_grad for p in model.parameters()):
-        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+        raise ValueError(
+            "the model has no trainable parameters (all have requires_grad=False)"
+        )
     if subset == "last_layer":
         f, theta, sizes = last_layer_functional(model)
         g = make_functional(model[-1])[0]
@@ -79,7 +84,12 @@ def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Wei
     f_all, theta_all = make_functional(model)
     if subset == "all":
         return Weights(
-            f_all, theta_all, [p.numel() for p in model.parameters() if p.requires_grad], model, None, f_all
+            f_all,
+            theta_all,
+            [p.numel() for p in model.parameters() if p.requires_grad],
+            model,
+            None,
+            f_all,
         )
     idx = _check_indices(indices, theta_all.numel())
 
@@ -90,7 +100,8 @@ def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Wei
 
 
 class Laplace:
-    """Laplace approximation N(θ*, P⁻¹) with P = c·H + diag(p₀), c = 1/(σ²T), over the chosen weights."""
+    """Laplace approximation N(θ*, P⁻¹) with P = c·H + diag(p₀), c = 1/(σ²T), over the
+    chosen weights."""
 
     def __init__(
         self,
@@ -110,14 +121,27 @@ class Laplace:
         _check_choice("hessian_structure", hessian_structure, STRUCTURES)
         check_combination(subset_of_weights, hessian_structure)
         if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
-            raise ValueError("subnetwork_indices go with subset_of_weights='subnetwork', and only with it")
+            raise ValueError(
+                "subnetwork_indices go with subset_of_weights='subnetwork', and only "
+                "with it"
+            )
         self.model, self.likelihood = model, likelihood
-        self.subset_of_weights, self.hessian_structure = subset_of_weights, hessian_structure
-        self.subnetwork_indices, self.structure_options = subnetwork_indices, structure_options
-        self._lik = get_likelihood(likelihood, 1.0)  # Λ at σ = 1: σ enters through c = 1/(σ²T)
+        self.subset_of_weights, self.hessian_structure = (
+            subset_of_weights,
+            hessian_structure,
+        )
+        self.subnetwork_indices, self.structure_options = (
+            subnetwork_indices,
+            structure_options,
+        )
+        # Λ at σ = 1: σ enters through c = 1/(σ²T)
+        self._lik = get_likelihood(likelihood, 1.0)
         self.weights = select_weights(model, subset_of_weights, subnetwork_indices)
         self.mean, self.param_sizes = self.weights.theta, self.weights.sizes
-        self.n_params, self.n_param_tensors = sum(self.param_sizes), len(self.param_sizes)
+        self.n_params, self.n_param_tensors = (
+            sum(self.param_sizes),
+            len(self.param_sizes),
+        )
         self.temperature = temperature
         self.sigma_noise = sigma_noise
         self.prior_precision = prior_precision
@@ -128,11 +152,19 @@ class Laplace:
         self.loss: Tensor | None = None
         self.n_data = self.n_outputs = 0
 
-    # ----- hyperparameters: validated and converted to θ*'s device and dtype when set --------------
+    # ----- hyperparameters: validated and converted to θ*'s device and dtype when set
+    # --------------
     def _scalar(self, value, name: str) -> Tensor:
         t = as_like(value, self.mean, name)
-        if t.ndim > 1 or t.numel() != 1 or not bool(torch.isfinite(t)) or not t.item() > 0:
-            raise ValueError(f"{name} must be one positive finite number, got {value!r}")
+        if (
+            t.ndim > 1
+            or t.numel() != 1
+            or not bool(torch.isfinite(t))
+            or not t.item() > 0
+        ):
+            raise ValueError(
+                f"{name} must be one positive finite number, got {value!r}"
+            )
         return t.reshape(())
 
     @property
@@ -161,16 +193,24 @@ class Laplace:
     @prior_precision.setter
     def prior_precision(self, value: float | Tensor) -> None:
         p0 = as_like(value, self.mean, "prior_precision")
-        kind = {1: "scalar", self.n_param_tensors: "layerwise", self.n_params: "diag"}.get(p0.numel())
+        kind = {
+            1: "scalar",
+            self.n_param_tensors: "layerwise",
+            self.n_params: "diag",
+        }.get(p0.numel())
         if p0.ndim > 1 or kind is None:
             raise ValueError(
-                f"prior_precision must be a scalar, {self.n_param_tensors} values (one per parameter tensor) "
-                f"or {self.n_params} values (one per parameter); got shape {tuple(p0.shape)}"
+                f"prior_precision must be a scalar, {self.n_param_tensors} values (one "
+                "per parameter tensor) "
+                f"or {self.n_params} values (one per parameter); got shape "
+                f"{tuple(p0.shape)}"
             )
         if kind not in PRIORS[self.hessian_structure]:
             raise ValueError(
-                f"hessian_structure={self.hessian_structure!r} supports a prior precision that is "
-                f"{' or '.join(PRIORS[self.hessian_structure])}, not {kind} ({p0.numel()} values)"
+                f"hessian_structure={self.hessian_structure!r} supports a prior "
+                "precision that is "
+                f"{' or '.join(PRIORS[self.hessian_structure])}, not {kind} "
+                f"({p0.numel()} values)"
             )
         if not torch.all(torch.isfinite(p0) & (p0 > 0)):
             raise ValueError("prior_precision must be positive and finite")
@@ -185,7 +225,8 @@ class Laplace:
         mu0 = as_like(value, self.mean, "prior_mean")
         if mu0.ndim > 1 or mu0.numel() not in (1, self.n_params):
             raise ValueError(
-                f"prior_mean must be a scalar or ({self.n_params},), got shape {tuple(mu0.shape)}"
+                f"prior_mean must be a scalar or ({self.n_params},), got shape "
+                f"{tuple(mu0.shape)}"
             )
         if not torch.all(torch.isfinite(mu0)):
             raise ValueError("prior_mean must be finite")
@@ -198,7 +239,8 @@ class Laplace:
 
     @property
     def evidence_route(self) -> str:
-        """``"auto"``, ``"eigen"`` or ``"cholesky"``: how a full posterior computes log det P."""
+        """``"auto"``, ``"eigen"`` or ``"cholesky"``: how a full posterior computes log
+        det P."""
         return self._evidence_route
 
     @evidence_route.setter
@@ -208,22 +250,33 @@ class Laplace:
         if self.structure is not None:
             self.structure.route = value
 
-    # ----- fitting -------------------------------------------------------------------------
-    def fit(self, train_loader: DataLoader, override: bool = True, progress_bar: bool = False) -> None:
-        """Accumulate the curvature of the summed loss (Λ = I for regression) and the loss over the data,
-        at the model's current weights (θ* is read again, as laplace-torch does).
+    # ----- fitting
+    # -------------------------------------------------------------------------
+    def fit(
+        self,
+        train_loader: DataLoader,
+        override: bool = True,
+        progress_bar: bool = False,
+    ) -> None:
+        """Accumulate the curvature of the summed loss (Λ = I for regression) and the
+        loss over the data, at the model's current weights (θ* is read again, as
+        laplace-torch does).
 
-        ``override=False`` adds the batches to the curvature of the previous ``fit`` (not for low-rank,
-        whose eigendecomposition does not add up). With ``override=True`` nothing changes if the loop fails.
+        ``override=False`` adds the batches to the curvature of the previous ``fit``
+        (not for low-rank, whose eigendecomposition does not add up). With
+        ``override=True`` nothing changes if the loop fails.
         """
         if isinstance(train_loader, Tensor) or not hasattr(train_loader, "__iter__"):
             raise TypeError(
-                "train_loader must be an iterable of (X, y) batches, e.g. DataLoader(TensorDataset(X, y), "
+                "train_loader must be an iterable of (X, y) batches, e.g. "
+                "DataLoader(TensorDataset(X, y), "
                 f"batch_size=32); got {type(train_loader).__name__}"
             )
         check_eval_mode(self.model)
         if override or self._builder is None:
-            w = select_weights(self.model, self.subset_of_weights, self.subnetwork_indices)
+            w = select_weights(
+                self.model, self.subset_of_weights, self.subnetwork_indices
+            )
             builder = make_builder(
                 self.hessian_structure,
                 w.module,
@@ -236,7 +289,10 @@ class Laplace:
             loss, n_data, n_outputs = w.theta.new_zeros(()), 0, 0
         else:
             if not getattr(self._builder, "can_update", True):
-                raise ValueError(f"a {self.hessian_structure!r} fit cannot be updated (override=False)")
+                raise ValueError(
+                    f"a {self.hessian_structure!r} fit cannot be updated "
+                    "(override=False)"
+                )
             w, builder = self.weights, self._builder
             loss, n_data, n_outputs = self.loss.clone(), self.n_data, self.n_outputs
         if progress_bar:
@@ -253,11 +309,15 @@ class Laplace:
             out = builder.update(X_in)
             if out.ndim != 2:
                 raise ValueError(
-                    f"the model's outputs must be (N, K), got {tuple(out.shape)} (reshape to (N, 1)?)"
+                    f"the model's outputs must be (N, K), got {tuple(out.shape)} "
+                    "(reshape to (N, 1)?)"
                 )
             if not torch.isfinite(out).all():
-                raise ValueError("the model's outputs contain NaN or inf at the fitted weights")
-            loss = loss + self._lik.fit_loss(out, y)  # also checks the targets against the outputs
+                raise ValueError(
+                    "the model's outputs contain NaN or inf at the fitted weights"
+                )
+            # also checks the targets against the outputs
+            loss = loss + self._lik.fit_loss(out, y)
             n_data, n_outputs = n_data + X.shape[0], out.shape[-1]
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
@@ -269,7 +329,9 @@ class Laplace:
 
     def _post(self):
         if self.structure is None:
-            raise RuntimeError("call Laplace.fit(train_loader) before using the posterior")
+            raise RuntimeError(
+                "call Laplace.fit(train_loader) before using the posterior"
+            )
         return self.structure
 
     @property
@@ -277,7 +339,8 @@ class Laplace:
         """The curvature in the structure's own form (laplace-torch's ``H``)."""
         return self._post().H
 
-    # ----- the posterior: the structure's five methods at the current hyperparameters -------------
+    # ----- the posterior: the structure's five methods at the current hyperparameters
+    # -------------
     @property
     def _factor(self) -> Tensor:
         """c = 1/(σ²T), the factor in front of H."""
@@ -285,12 +348,14 @@ class Laplace:
 
     @property
     def posterior_precision(self):
-        """P = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with ``to_matrix()`` otherwise."""
+        """P = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with
+        ``to_matrix()`` otherwise."""
         return self._post().precision(self.prior_precision, self._factor)
 
     @property
     def posterior_covariance(self):
-        """Σ = P⁻¹: (P, P) for full and diag (dense: small P), an object with ``to_matrix()`` otherwise."""
+        """Σ = P⁻¹: (P, P) for full and diag (dense: small P), an object with
+        ``to_matrix()`` otherwise."""
         return self._post().covariance(self.prior_precision, self._factor)
 
     @property
@@ -298,16 +363,21 @@ class Laplace:
         """The marginal variances diag(Σ), (P,)."""
         return self._post().variance(self.prior_precision, self._factor)
 
-    def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> Tensor:
+    def sample(
+        self, n_samples: int = 100, generator: torch.Generator | None = None
+    ) -> Tensor:
         """θ ~ N(θ*, P⁻¹), (S, P)."""
         _check_count("n_samples", n_samples)
-        return self.mean + self._post().sample(n_samples, self.prior_precision, self._factor, generator)
+        return self.mean + self._post().sample(
+            n_samples, self.prior_precision, self._factor, generator
+        )
 
     def functional_variance(self, J: Tensor) -> Tensor:
         """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
         return self._post().functional_variance(J, self.prior_precision, self._factor)
 
-    # ----- the evidence --------------------------------------------------------------------
+    # ----- the evidence
+    # --------------------------------------------------------------------
     @property
     def log_likelihood(self) -> Tensor:
         """log p(D | θ*) at the current σ and T: −c·½SSE − N·K·log(σ√2π), or −c·ΣCE."""
@@ -335,12 +405,15 @@ class Laplace:
         return self.log_det_posterior_precision - self.log_det_prior_precision
 
     def log_marginal_likelihood(
-        self, prior_precision: float | Tensor | None = None, sigma_noise: float | Tensor | None = None
+        self,
+        prior_precision: float | Tensor | None = None,
+        sigma_noise: float | Tensor | None = None,
     ) -> Tensor:
-        """log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)), differentiable in δ and σ.
+        """log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)),
+        differentiable in δ and σ.
 
-        Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch does); both are
-        validated before either is set.
+        Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch
+        does); both are validated before either is set.
         """
         old = self._prior_precision, self._sigma_noise
         try:
@@ -352,10 +425,14 @@ class Laplace:
             self._prior_precision, self._sigma_noise = old
             raise
         return laplace_evidence(
-            self.log_likelihood, self.log_det_posterior_precision, self.log_det_prior_precision, self.scatter
+            self.log_likelihood,
+            self.log_det_posterior_precision,
+            self.log_det_prior_precision,
+            self.scatter,
         )
 
-    # ----- hyperparameters by the evidence or by validation ------------------------------------
+    # ----- hyperparameters by the evidence or by validation
+    # ------------------------------------
     def optimize_prior_precision(
         self,
         method: str = "marglik",
@@ -371,12 +448,14 @@ class Laplace:
         log_prior_prec_max: float = 4,
         grid_size: int = 100,
     ) -> None:
-        """Set the prior precision by the evidence (``"marglik"``) or on validation data (``"gridsearch"``).
+        """Set the prior precision by the evidence (``"marglik"``) or on validation data
+        (``"gridsearch"``).
 
-        Defaults are laplace-torch's: Adam on log δ, lr 0.1, 100 steps from δ = 1, scalar;
-        ``prior_structure="layerwise"`` tunes one δ per parameter tensor. Grid search picks, among
-        ``grid_size`` values 10^[min, max], the δ with the lowest negative log predictive density on
-        ``val_loader``. Every argument is checked before anything changes, and a failure restores δ.
+        Defaults are laplace-torch's: Adam on log δ, lr 0.1, 100 steps from δ = 1,
+        scalar; ``prior_structure="layerwise"`` tunes one δ per parameter tensor. Grid
+        search picks, among ``grid_size`` values 10^[min, max], the δ with the lowest
+        negative log predictive density on ``val_loader``. Every argument is checked
+        before anything changes, and a failure restores δ.
         """
         _check_choice("method", method, ("marglik", "gridsearch"))
         _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
@@ -389,7 +468,9 @@ class Laplace:
             old = self._prior_precision
             try:
                 self.prior_precision = init_prior_prec
-                self.optimize_hyperparameters(n_steps, lr, tune_sigma=False, prior_structure=prior_structure)
+                self.optimize_hyperparameters(
+                    n_steps, lr, tune_sigma=False, prior_structure=prior_structure
+                )
             except BaseException:
                 self._prior_precision = old
                 raise
@@ -398,24 +479,35 @@ class Laplace:
             raise ValueError("method='gridsearch' needs a val_loader")
         _check_count("grid_size", grid_size)
         grid = torch.logspace(
-            log_prior_prec_min, log_prior_prec_max, grid_size, dtype=self.mean.dtype, device=self.mean.device
+            log_prior_prec_min,
+            log_prior_prec_max,
+            grid_size,
+            dtype=self.mean.dtype,
+            device=self.mean.device,
         )
         old, scores = self._prior_precision, []
         try:
             for delta in grid:
                 self.prior_precision = delta
-                scores.append(self._validation_nll(val_loader, pred_type, link_approx, n_samples))
+                scores.append(
+                    self._validation_nll(val_loader, pred_type, link_approx, n_samples)
+                )
         finally:
             self._prior_precision = old
         self.prior_precision = grid[min(range(len(scores)), key=scores.__getitem__)]
 
     def optimize_hyperparameters(
-        self, n_steps: int = 300, lr: float = 0.1, tune_sigma: bool = True, prior_structure: str = "scalar"
+        self,
+        n_steps: int = 300,
+        lr: float = 0.1,
+        tune_sigma: bool = True,
+        prior_structure: str = "scalar",
     ) -> list[float]:
-        """Maximise the evidence jointly over δ and (regression) σ by Adam on their logs.
+        """Maximise the evidence jointly over δ and (regression) σ by Adam on their
+        logs.
 
-        Starts from the current values; returns the evidence before each step (laplace-torch's scheme: the
-        values after the last step are kept).
+        Starts from the current values; returns the evidence before each step
+        (laplace-torch's scheme: the values after the last step are kept).
         """
         _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
         _check_count("n_steps", n_steps)
@@ -423,7 +515,9 @@ class Laplace:
         self._post()
         init = {"prior_precision": self.prior_precision.clone()}
         if prior_structure == "layerwise" and init["prior_precision"].numel() == 1:
-            init["prior_precision"] = init["prior_precision"].reshape(()).expand(self.n_param_tensors).clone()
+            init["prior_precision"] = (
+                init["prior_precision"].reshape(()).expand(self.n_param_tensors).clone()
+            )
         if tune_sigma:
             if not self._lik.has_noise:
                 raise ValueError("sigma_noise can only be tuned for regression")
@@ -439,37 +533,47 @@ class Laplace:
             setattr(self, name, value)
         return history
 
-    def _validation_nll(self, loader: DataLoader, pred_type: str, link_approx: str, n_samples: int) -> float:
-        """Mean negative log predictive density on ``loader`` (regression: Gaussian with f_var + σ²)."""
+    def _validation_nll(
+        self, loader: DataLoader, pred_type: str, link_approx: str, n_samples: int
+    ) -> float:
+        """Mean negative log predictive density on ``loader`` (regression: Gaussian with
+        f_var + σ²)."""
         total, count = 0.0, 0
         with torch.no_grad():
             for X, y in loader:
                 check_device(X, self.mean, "the validation inputs X")
                 check_device(y, self.mean, "the validation targets y")
-                pred = self(X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples)
+                pred = self(
+                    X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples
+                )
                 total += self._lik.predictive_nll(pred, y, self.sigma_noise).item()
                 count += X.shape[0]
         if count == 0:
             raise ValueError("val_loader yielded no data")
         return total / count
 
-    # ----- predictions ---------------------------------------------------------------------
+    # ----- predictions
+    # ---------------------------------------------------------------------
     def jacobians(self, x: Tensor) -> Tensor:
         """J = ∂f(x; θ)/∂θ at θ* over the Laplace weights, (N, K, P)."""
         return jacobian(self.weights.f, self.mean, x)
 
     def glm_predictive(self, x: Tensor, joint: bool = False) -> tuple[Tensor, Tensor]:
-        """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without σ²); with
-        ``joint=True`` over all N·K outputs together: (N·K,) and (N·K, N·K)."""
+        """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without
+        σ²); with ``joint=True`` over all N·K outputs together: (N·K,) and (N·K, N·K).
+        """
         with torch.no_grad():
             f_mu = self.weights.f(self.mean, x)
         if joint:
             J = self.jacobians(x)
             N, K, P = J.shape
             return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
-        # a few inputs at a time, so that their Jacobians stay below 1/16 of a P×P matrix
+        # a few inputs at a time, so that their Jacobians stay below 1/16 of a P×P
+        # matrix
         chunk = jacobian_chunk(f_mu.shape[-1], self.n_params, 1 / 256)
-        f_var = torch.cat([self.functional_variance(self.jacobians(xc)) for xc in x.split(chunk)])
+        f_var = torch.cat(
+            [self.functional_variance(self.jacobians(xc)) for xc in x.split(chunk)]
+        )
         return f_mu, f_var
 
     def __call__(
@@ -484,22 +588,30 @@ class Laplace:
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The predictive at inputs x (N, ...).
 
-        Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ without σ²
-        (``diagonal_output``: f_var (N, K); ``joint``: over all outputs, (N·K,) and (N·K, N·K));
-        ``pred_type="nn"`` → mean and variance (N, K) of the network at posterior samples.
-        Classification: class probabilities (N, C), by ``link_approx`` in "probit", "mc", "bridge",
-        "bridge_norm" (softmax only) for the GLM (``diagonal_output``: MC over a diagonal f_var), or by
-        averaging softmax (sigmoid) over sampled networks (``pred_type="nn"``).
+        Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ
+        without σ² (``diagonal_output``: f_var (N, K); ``joint``: over all outputs,
+        (N·K,) and (N·K, N·K)); ``pred_type="nn"`` → mean and variance (N, K) of the
+        network at posterior samples. Classification: class probabilities (N, C), by
+        ``link_approx`` in "probit", "mc", "bridge", "bridge_norm" (softmax only) for
+        the GLM (``diagonal_output``: MC over a diagonal f_var), or by averaging softmax
+        (sigmoid) over sampled networks (``pred_type="nn"``).
         """
         _check_choice("pred_type", pred_type, ("glm", "nn"))
-        _check_choice("link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm"))
+        _check_choice(
+            "link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm")
+        )
         _check_count("n_samples", n_samples)
         if not isinstance(x, Tensor) or x.ndim < 2:
             got = getattr(x, "shape", type(x))
-            raise ValueError(f"x must be a tensor of shape (N, ...) with a batch dimension, got {got}")
+            raise ValueError(
+                "x must be a tensor of shape (N, ...) with a batch dimension, got "
+                f"{got}"
+            )
         check_device(x, self.mean, "x")
         if pred_type == "nn":
-            return self._lik.nn_link(nn_samples(self.weights.f, x, self.sample(n_samples, generator)))
+            return self._lik.nn_link(
+                nn_samples(self.weights.f, x, self.sample(n_samples, generator))
+            )
         reg = self._lik.has_noise
         f_mu, f_var = self.glm_predictive(x, joint=joint and reg)
         if diagonal_output and not joint:
@@ -512,7 +624,9 @@ class Laplace:
         self, x: Tensor, n_samples: int = 100, generator: torch.Generator | None = None
     ) -> Tensor:
         """Outputs of the linearised network at posterior samples, (S, N, K)."""
-        return linearized_samples(self.weights.f, self.mean, x, self.sample(n_samples, generator))
+        return linearized_samples(
+            self.weights.f, self.mean, x, self.sample(n_samples, generator)
+        )
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -541,10 +655,14 @@ def _check_indices(indices: Tensor | None, n_params: int) -> Tensor:
         or indices.ndim != 1
         or indices.numel() == 0
     ):
-        raise ValueError("subnetwork_indices must be a non-empty 1-D LongTensor of flat parameter indices")
+        raise ValueError(
+            "subnetwork_indices must be a non-empty 1-D LongTensor of flat parameter "
+            "indices"
+        )
     if indices.min() < 0 or indices.max() >= n_params:
         raise ValueError(
-            f"subnetwork_indices must lie in [0, {n_params}), got [{indices.min()}, {indices.max()}]"
+            f"subnetwork_indices must lie in [0, {n_params}), got [{indices.min()}, "
+            f"{indices.max()}]"
         )
     if indices.unique().numel() != indices.numel():
         raise ValueError("subnetwork_indices must not repeat an index")
@@ -555,17 +673,24 @@ MODE_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd
 
 
 def check_eval_mode(model: nn.Module) -> None:
-    """Dropout and batch norm behave differently in training mode, and batch norm would update its running
-    statistics: refuse before touching anything (the user's model is never modified)."""
-    busy = [type(m).__name__ for m in model.modules() if m.training and isinstance(m, MODE_DEPENDENT)]
+    """Dropout and batch norm behave differently in training mode, and batch norm would
+    update its running statistics: refuse before touching anything (the user's model is
+    never modified)."""
+    busy = [
+        type(m).__name__
+        for m in model.modules()
+        if m.training and isinstance(m, MODE_DEPENDENT)
+    ]
     if busy:
         raise ValueError(
-            f"the model is in training mode and has {', '.join(sorted(set(busy)))}: call model.eval() first"
+            f"the model is in training mode and has {', '.join(sorted(set(busy)))}: "
+            "call model.eval() first"
         )
 
 
 def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
-    """An (X, y) batch of tensors on ``like``'s device, a floating X in its dtype, with a batch dimension."""
+    """An (X, y) batch of tensors on ``like``'s device, a floating X in its dtype, with
+    a batch dimension."""
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         got = f"a {type(batch).__name__}" + (
             f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else ""
@@ -574,18 +699,21 @@ def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
     X, y = batch
     if not isinstance(X, Tensor) or not isinstance(y, Tensor):
         raise TypeError(
-            f"each batch must be an (X, y) pair of tensors, got ({type(X).__name__}, {type(y).__name__})"
+            f"each batch must be an (X, y) pair of tensors, got ({type(X).__name__}, "
+            f"{type(y).__name__})"
         )
     check_device(X, like, "the inputs X")
     check_device(y, like, "the targets y")
     if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
         raise ValueError(
-            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) dimension; "
+            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) "
+            "dimension; "
             "DataLoader(batch_size=None) yields single examples without one"
         )
     if X.is_floating_point() and X.dtype != like.dtype:
         raise ValueError(
-            f"X has dtype {X.dtype} but the model's parameters are {like.dtype}: convert one of them"
+            f"X has dtype {X.dtype} but the model's parameters are {like.dtype}: "
+            "convert one of them"
         )
     if y.is_floating_point() and not torch.isfinite(y).all():
         raise ValueError("the targets y contain NaN or inf")

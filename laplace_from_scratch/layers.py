@@ -1,18 +1,20 @@
 """The layer structure of a network: curvature that never forms per-example Jacobians.
 
-For a layer z = W a + b inside the network, pull every column c of Λₙ^½ back to the layer's output,
+For a layer z = W a + b inside the network, pull every column c of Λₙ^½ back to the
+layer's output,
 
-    gₙ꜀ = Jzₙᵀ sₙ꜀   (out,),      Jzₙ = ∂f(xₙ)/∂zₙ  (K, out),      sₙ꜀ = column c of Λₙ^½  (K,).
+gₙ꜀ = Jzₙᵀ sₙ꜀   (out,),      Jzₙ = ∂f(xₙ)/∂zₙ  (K, out),      sₙ꜀ = column c of Λₙ^½
+(K,).
 
 Because Λₙ = Σ꜀ sₙ꜀ sₙ꜀ᵀ and the Jacobian of f with respect to W factorises through z,
-Jₙᵀ sₙ꜀ restricted to W is the outer product gₙ꜀ aₙᵀ: the GGN of the layer's weights,
-Σₙ Σ꜀ (Jₙᵀ sₙ꜀)(Jₙᵀ sₙ꜀)ᵀ, is a sum of products of these two small vectors. For all n at once,
-gₙ꜀ is one reverse-mode pass of Σₙ sₙ꜀ᵀ f(xₙ), so K backward passes give every layer's g for a
-batch, and one forward pass with hooks gives every layer's a. KFAC (``kron.py``) and the exact
-diagonal (``diag.py``) are both built from them.
+Jₙᵀ sₙ꜀ restricted to W is the outer product gₙ꜀ aₙᵀ: the GGN of the layer's weights, Σₙ
+Σ꜀ (Jₙᵀ sₙ꜀)(Jₙᵀ sₙ꜀)ᵀ, is a sum of products of these two small vectors. For all n at
+once, gₙ꜀ is one reverse-mode pass of Σₙ sₙ꜀ᵀ f(xₙ), so K backward passes give every
+layer's g for a batch, and one forward pass with hooks gives every layer's a. KFAC
+(``kron.py``) and the exact diagonal (``diag.py``) are both built from them.
 
-Conv2d (groups = 1): at each output position t the layer is a Linear layer on the unfolded input
-patch uₙₜ (``F.unfold``), so the same holds with a sum over positions.
+Conv2d (groups = 1): at each output position t the layer is a Linear layer on the
+unfolded input patch uₙₜ (``F.unfold``), so the same holds with a sum over positions.
 
 Shapes: N examples (n in a batch), K outputs, T output positions.
 """
@@ -32,8 +34,9 @@ LAYERS = (nn.Linear, nn.Conv2d)
 
 
 def supported_layers(model: nn.Module) -> list[nn.Module] | None:
-    """The Linear and Conv2d layers of ``model``, in ``model.modules()`` order (which is the order of
-    ``model.parameters()``), or None if some trainable parameter lives in another kind of module."""
+    """The Linear and Conv2d layers of ``model``, in ``model.modules()`` order (which is
+    the order of ``model.parameters()``), or None if some trainable parameter lives in
+    another kind of module."""
     layers = [m for m in model.modules() if isinstance(m, LAYERS)]
     owned = {id(p) for m in layers for p in m.parameters()}
     if any(id(p) not in owned for p in model.parameters() if p.requires_grad):
@@ -42,32 +45,39 @@ def supported_layers(model: nn.Module) -> list[nn.Module] | None:
 
 
 def conv_padding(m: nn.Conv2d) -> tuple[int, int]:
-    """The Conv2d's zero padding as integers (``"same"`` only where it pads both sides equally)."""
+    """The Conv2d's zero padding as integers (``"same"`` only where it pads both sides
+    equally)."""
     if m.groups != 1 or m.padding_mode != "zeros":
-        raise NotImplementedError("layer-wise curvature supports Conv2d with groups=1 and zero padding")
+        raise NotImplementedError(
+            "layer-wise curvature supports Conv2d with groups=1 and zero padding"
+        )
     if m.padding == "valid":
         return (0, 0)
     if m.padding == "same":
         total = [d * (k - 1) for d, k in zip(m.dilation, m.kernel_size, strict=True)]
         if any(t % 2 for t in total):
-            raise NotImplementedError("layer-wise curvature needs padding='same' to be symmetric")
+            raise NotImplementedError(
+                "layer-wise curvature needs padding='same' to be symmetric"
+            )
         return (total[0] // 2, total[1] // 2)
     return m.padding
 
 
 def unfold(m: nn.Conv2d, x: Tensor) -> Tensor:
-    """The Conv2d's input patches uₙₜ, (n, in·kh·kw, T), zero padding included, in the weight's
-    row-major (in, kh, kw) order."""
-    return F.unfold(x, m.kernel_size, dilation=m.dilation, padding=conv_padding(m), stride=m.stride)
+    """The Conv2d's input patches uₙₜ, (n, in·kh·kw, T), zero padding included, in the
+    weight's row-major (in, kh, kw) order."""
+    return F.unfold(
+        x, m.kernel_size, dilation=m.dilation, padding=conv_padding(m), stride=m.stride
+    )
 
 
 @dataclass
 class Backprop:
     """One batch through the network.
 
-    ``f`` (n, K) the outputs; ``inputs[i]`` layer i's input a (detached); ``grads[c][i]`` the
-    pulled-back column gₙ꜀ at layer i's output, shaped like that output: (n, out) for a Linear on
-    (n, in), (n, out, h, w) for a Conv2d.
+    ``f`` (n, K) the outputs; ``inputs[i]`` layer i's input a (detached);
+    ``grads[c][i]`` the pulled-back column gₙ꜀ at layer i's output, shaped like that
+    output: (n, out) for a Linear on (n, in), (n, out, h, w) for a Conv2d.
     """
 
     f: Tensor
@@ -78,7 +88,8 @@ class Backprop:
 def backprop_output_hessian_sqrt(
     model: nn.Module, layers: list[nn.Module], X: Tensor, likelihood: Likelihood
 ) -> Backprop:
-    """One forward pass of X with hooks on ``layers``, then K backward passes of the columns of Λ^½."""
+    """One forward pass of X with hooks on ``layers``, then K backward passes of the
+    columns of Λ^½."""
     inputs: dict[nn.Module, Tensor] = {}
     outputs: dict[nn.Module, Tensor] = {}
 
@@ -95,5 +106,8 @@ def backprop_output_hessian_sqrt(
     S = symmetric_sqrt(likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
     zs = [outputs[m] for m in layers]
     K = f.shape[1]
-    grads = [list(torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < K - 1)) for c in range(K)]
+    grads = [
+        list(torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < K - 1))
+        for c in range(K)
+    ]
     return Backprop(f.detach(), [inputs[m] for m in layers], grads)

@@ -1,22 +1,23 @@
-"""Likelihoods: the negative log-likelihood and its Hessian Λ with respect to the outputs.
+"""Likelihoods: the negative log-likelihood and its Hessian Λ with respect to the
+outputs.
 
 Both are for the *summed* loss over the data, as in laplace-torch:
 
-* Gaussian noise with standard deviation σ (regression):
-  −log p(y | f) = ‖y − f‖² / (2σ²) + K·log(σ√(2π)) per example, and Λ = I/σ².
-* Categorical with a softmax over K logits (classification):
-  −log p(y | f) = −log softmax(f)_y per example, and Λ = diag(p) − p pᵀ.
-* Bernoulli with one logit and a sigmoid (binary classification):
-  −log p(y | f) = −y log σ(f) − (1 − y) log(1 − σ(f)), and Λ = σ(f)(1 − σ(f)).
-  It is the two-class softmax with the first logit pinned at 0: softmax([0, f])₁ = σ(f), and
-  [0, 1]ᵀ (diag p − p pᵀ) [0, 1] = p₁(1 − p₁). laplace-torch 0.3 has no binary likelihood; the
-  tests compare against it through exactly this embedding.
+* Gaussian noise with standard deviation σ (regression): −log p(y | f) = ‖y − f‖² /
+  (2σ²) + K·log(σ√(2π)) per example, and Λ = I/σ².
+* Categorical with a softmax over K logits (classification): −log p(y | f) = −log
+  softmax(f)_y per example, and Λ = diag(p) − p pᵀ.
+* Bernoulli with one logit and a sigmoid (binary classification): −log p(y | f) = −y log
+  σ(f) − (1 − y) log(1 − σ(f)), and Λ = σ(f)(1 − σ(f)). It is the two-class softmax with
+  the first logit pinned at 0: softmax([0, f])₁ = σ(f), and [0, 1]ᵀ (diag p − p pᵀ) [0,
+  1] = p₁(1 − p₁). laplace-torch 0.3 has no binary likelihood; the tests compare against
+  it through exactly this embedding.
 
-Each likelihood also owns what the rest of the module needs to know about it, so that nothing else
-switches on its name: the part of the loss that the factor 1/(σ²T) scales (``fit_loss``), the
-normalising constant (``log_normaliser``), the usual mean loss and its weight-decay mapping
-(``mean_loss``, ``prior_precision_per_weight_decay``), the predictive link (``link``, ``nn_link``) and
-the validation score (``predictive_nll``).
+Each likelihood also owns what the rest of the module needs to know about it, so that
+nothing else switches on its name: the part of the loss that the factor 1/(σ²T) scales
+(``fit_loss``), the normalising constant (``log_normaliser``), the usual mean loss and
+its weight-decay mapping (``mean_loss``, ``prior_precision_per_weight_decay``), the
+predictive link (``link``, ``nn_link``) and the validation score (``predictive_nll``).
 
 Shapes: N examples, K outputs, C classes, S samples.
 """
@@ -29,7 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .predictive import laplace_bridge, mc_sigmoid, mc_softmax, probit, probit_binary, two_class
+from .predictive import (
+    laplace_bridge,
+    mc_sigmoid,
+    mc_softmax,
+    probit,
+    probit_binary,
+    two_class,
+)
 
 LINKS = ("probit", "mc", "bridge", "bridge_norm")
 
@@ -49,12 +57,17 @@ class Gaussian:
         _check_regression(f, y)
         s2 = self.sigma_noise**2
         n_terms = f.numel()
-        return 0.5 * ((y - f) ** 2).sum() / s2 + n_terms * math.log(self.sigma_noise * math.sqrt(2 * math.pi))
+        return 0.5 * ((y - f) ** 2).sum() / s2 + n_terms * math.log(
+            self.sigma_noise * math.sqrt(2 * math.pi)
+        )
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example. f: (N, K) → (N, K, K)."""
         if f.ndim != 2:
-            raise ValueError(f"the model's outputs must be (N, K), got {tuple(f.shape)} (reshape to (N, 1)?)")
+            raise ValueError(
+                f"the model's outputs must be (N, K), got {tuple(f.shape)} (reshape to "
+                "(N, 1)?)"
+            )
         N, K = f.shape
         eye = torch.eye(K, dtype=f.dtype, device=f.device)
         return eye.expand(N, K, K) / self.sigma_noise**2
@@ -66,24 +79,30 @@ class Gaussian:
     has_noise = True
 
     def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
-        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (P's factor 1/(σ²T) scales it)."""
+        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (P's factor
+        1/(σ²T) scales it)."""
         _check_regression(f, y)
         return 0.5 * ((y - f) ** 2).sum()
 
     def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
-        """N·K·log(σ√2π), the constant of the summed Gaussian NLL over ``n_terms`` = N·K entries."""
+        """N·K·log(σ√2π), the constant of the summed Gaussian NLL over ``n_terms`` = N·K
+        entries."""
         return n_terms * torch.log(sigma_noise * math.sqrt(2 * math.pi))
 
     def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
         """``nn.MSELoss()``: the mean over all N·K entries."""
         return F.mse_loss(f, y)
 
-    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
-        """δ = N·K/(2σ²) per unit of weight decay: the MSE mean is over N·K entries, the NLL has 1/(2σ²)."""
+    def prior_precision_per_weight_decay(
+        self, n_data: int, n_outputs: int, sigma_noise: float
+    ) -> float:
+        """δ = N·K/(2σ²) per unit of weight decay: the MSE mean is over N·K entries, the
+        NLL has 1/(2σ²)."""
         return n_data * n_outputs / (2 * sigma_noise**2)
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
-        """The GLM predictive of f itself: (f_mu (N, K), f_var (N, K, K)), f_var without σ²."""
+        """The GLM predictive of f itself: (f_mu (N, K), f_var (N, K, K)), f_var without
+        σ²."""
         return f_mu, f_var
 
     def nn_link(self, samples: Tensor):
@@ -91,17 +110,21 @@ class Gaussian:
         return samples.mean(0), samples.var(0)
 
     def predictive_nll(self, prediction, y: Tensor, sigma_noise: Tensor) -> Tensor:
-        """Σ −log N(y | f_mu, diag f_var + σ²) of a prediction (f_mu, f_var) from :meth:`link` or
-        :meth:`nn_link`."""
+        """Σ −log N(y | f_mu, diag f_var + σ²) of a prediction (f_mu, f_var) from
+        :meth:`link` or :meth:`nn_link`."""
         mu, var = prediction
         var = var.diagonal(dim1=-2, dim2=-1) if var.ndim == 3 else var
         _check_regression(mu, y)
-        return -torch.distributions.Normal(mu, (var + sigma_noise**2).sqrt()).log_prob(y).sum()
+        return (
+            -torch.distributions.Normal(mu, (var + sigma_noise**2).sqrt())
+            .log_prob(y)
+            .sum()
+        )
 
 
 class _Classification:
-    """What the two classification likelihoods share: no noise and no constant, δ = N·wd, and the
-    predictive NLL of class probabilities."""
+    """What the two classification likelihoods share: no noise and no constant, δ =
+    N·wd, and the predictive NLL of class probabilities."""
 
     has_noise = False
 
@@ -112,13 +135,19 @@ class _Classification:
     def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
         return sigma_noise.new_zeros(())
 
-    def prior_precision_per_weight_decay(self, n_data: int, n_outputs: int, sigma_noise: float) -> float:
-        """δ = N per unit of weight decay (the mean cross-entropy is over N examples)."""
+    def prior_precision_per_weight_decay(
+        self, n_data: int, n_outputs: int, sigma_noise: float
+    ) -> float:
+        """δ = N per unit of weight decay (the mean cross-entropy
+        is over N examples).
+        """
         return float(n_data)
 
-    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None) -> Tensor:
-        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest normal number
-        (probability targets (N, C): the cross-entropy −Σ y log p)."""
+    def predictive_nll(
+        self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None
+    ) -> Tensor:
+        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest
+        normal number (probability targets (N, C): the cross-entropy −Σ y log p)."""
         logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
         _check_targets(y, probs.shape[1])
         if y.is_floating_point():
@@ -145,7 +174,11 @@ class Categorical(_Classification):
     def output_gradient(self, f: Tensor, y: Tensor) -> Tensor:
         """∂(−log p)/∂f = softmax(f) − onehot(y) per example. (N, K)."""
         _check_classification(f, y)
-        target = y.to(f.dtype) if y.is_floating_point() else F.one_hot(y, f.shape[-1]).to(f.dtype)
+        target = (
+            y.to(f.dtype)
+            if y.is_floating_point()
+            else F.one_hot(y, f.shape[-1]).to(f.dtype)
+        )
         return torch.softmax(f, dim=-1) - target
 
     def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
@@ -153,7 +186,8 @@ class Categorical(_Classification):
         return F.cross_entropy(f, y)
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
-        """Class probabilities (N, K) of the Gaussian over the logits, by ``link_approx``."""
+        """Class probabilities (N, K) of the Gaussian over the logits, by
+        ``link_approx``."""
         _check_link(link_approx)
         if link_approx == "probit":
             return probit(f_mu, f_var)
@@ -167,14 +201,18 @@ class Categorical(_Classification):
 
 
 class Bernoulli(_Classification):
-    """Binary classification with one logit f: p(y = 1 | f) = σ(f); labels are integers in {0, 1}."""
+    """Binary classification with one logit f: p(y = 1 | f) = σ(f); labels are integers
+    in {0, 1}."""
 
     name = "binary_classification"
 
     def nll(self, f: Tensor, y: Tensor) -> Tensor:
-        """Summed binary cross-entropy. f: (N, 1) logits, y: (N,) labels in {0, 1} → scalar."""
+        """Summed binary cross-entropy. f: (N, 1) logits, y: (N,) labels in {0, 1} →
+        scalar."""
         _check_binary(f, y)
-        return F.binary_cross_entropy_with_logits(f[:, 0], y.to(f.dtype), reduction="sum")
+        return F.binary_cross_entropy_with_logits(
+            f[:, 0], y.to(f.dtype), reduction="sum"
+        )
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = σ(fₙ)(1 − σ(fₙ)). f: (N, 1) → (N, 1, 1)."""
@@ -192,10 +230,14 @@ class Bernoulli(_Classification):
         return F.binary_cross_entropy_with_logits(f[:, 0], y.to(f.dtype))
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
-        """Class probabilities (N, 2) of the Gaussian over the one logit, by ``link_approx``."""
+        """Class probabilities (N, 2) of the Gaussian over the one logit, by
+        ``link_approx``."""
         _check_link(link_approx)
         if link_approx.startswith("bridge"):
-            raise ValueError("link_approx='bridge' needs K ≥ 2 logits; use 'probit' or 'mc' for one logit")
+            raise ValueError(
+                "link_approx='bridge' needs K ≥ 2 logits; use 'probit' or 'mc' for one "
+                "logit"
+            )
         if link_approx == "probit":
             return probit_binary(f_mu, f_var)
         return mc_sigmoid(f_mu, f_var, n_samples, generator)
@@ -209,7 +251,9 @@ Likelihood = Gaussian | Categorical | Bernoulli
 NAMES = ("regression", "classification", "binary_classification")
 
 
-def get_likelihood(likelihood: str | Likelihood, sigma_noise: float = 1.0) -> Likelihood:
+def get_likelihood(
+    likelihood: str | Likelihood, sigma_noise: float = 1.0
+) -> Likelihood:
     """``"regression"`` → Gaussian(σ), ``"classification"`` → Categorical,
     ``"binary_classification"`` → Bernoulli; likelihood objects pass through."""
     if isinstance(likelihood, Gaussian | Categorical | Bernoulli):
@@ -224,12 +268,15 @@ def get_likelihood(likelihood: str | Likelihood, sigma_noise: float = 1.0) -> Li
 
 
 def _check_targets(y: Tensor, n_classes: int) -> None:
-    """Integer labels in [0, C) or (N, C) probability rows, for a predictive over C classes."""
+    """Integer labels in [0, C) or (N, C) probability rows, for a predictive over C
+    classes."""
     if y.is_floating_point() and y.ndim == 2:
         return
     _check_labels(y)
     if y.numel() and (y.min() < 0 or y.max() >= n_classes):
-        raise ValueError(f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]")
+        raise ValueError(
+            f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]"
+        )
 
 
 def _check_link(link_approx: str) -> None:
@@ -239,7 +286,9 @@ def _check_link(link_approx: str) -> None:
 
 def _check_regression(f: Tensor, y: Tensor) -> None:
     if f.shape != y.shape:
-        raise ValueError(f"regression targets y {tuple(y.shape)} must match outputs {tuple(f.shape)}")
+        raise ValueError(
+            f"regression targets y {tuple(y.shape)} must match outputs {tuple(f.shape)}"
+        )
 
 
 def _check_labels(y: Tensor) -> None:
@@ -249,10 +298,13 @@ def _check_labels(y: Tensor) -> None:
 
 def _check_logits(f: Tensor) -> None:
     if f.ndim != 2:
-        raise ValueError(f"classification outputs must be (N, K) logits, got {tuple(f.shape)}")
+        raise ValueError(
+            f"classification outputs must be (N, K) logits, got {tuple(f.shape)}"
+        )
     if f.shape[1] < 2:
         raise ValueError(
-            "a softmax over one logit is constant: 'classification' needs K ≥ 2 outputs; "
+            "a softmax over one logit is constant: 'classification' needs K ≥ 2 "
+            "outputs; "
             "for one logit with a sigmoid use 'binary_classification'"
         )
 
@@ -260,32 +312,48 @@ def _check_logits(f: Tensor) -> None:
 def _check_one_logit(f: Tensor) -> None:
     if f.ndim != 2 or f.shape[1] != 1:
         raise ValueError(
-            f"binary_classification needs one logit per example, outputs (N, 1), got {tuple(f.shape)}; "
+            "binary_classification needs one logit per example, outputs (N, 1), got "
+            f"{tuple(f.shape)}; "
             "for K ≥ 2 logits with a softmax use 'classification'"
         )
 
 
 def _check_classification(f: Tensor, y: Tensor) -> None:
     _check_logits(f)
-    if y.is_floating_point() and y.ndim == 2:  # one-hot or class-probability targets (N, K)
+    # one-hot or class-probability targets (N, K)
+    if y.is_floating_point() and y.ndim == 2:
         if y.shape != f.shape:
             raise ValueError(
-                f"probability targets y {tuple(y.shape)} must have the outputs' shape {tuple(f.shape)}"
+                f"probability targets y {tuple(y.shape)} must have the outputs' shape "
+                f"{tuple(f.shape)}"
             )
-        if not (torch.all(y >= 0) and torch.allclose(y.sum(-1), torch.ones_like(y[:, 0]), atol=1e-6)):
-            raise ValueError("probability targets must be non-negative with rows that sum to 1")
+        if not (
+            torch.all(y >= 0)
+            and torch.allclose(y.sum(-1), torch.ones_like(y[:, 0]), atol=1e-6)
+        ):
+            raise ValueError(
+                "probability targets must be non-negative with rows that sum to 1"
+            )
         return
     _check_labels(y)
     if y.shape != f.shape[:1]:
-        raise ValueError(f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)")
+        raise ValueError(
+            f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)"
+        )
     if y.numel() and (y.min() < 0 or y.max() >= f.shape[1]):
-        raise ValueError(f"labels must lie in [0, {f.shape[1]}), got [{y.min()}, {y.max()}]")
+        raise ValueError(
+            f"labels must lie in [0, {f.shape[1]}), got [{y.min()}, {y.max()}]"
+        )
 
 
 def _check_binary(f: Tensor, y: Tensor) -> None:
     _check_one_logit(f)
     _check_labels(y)
     if y.shape != f.shape[:1]:
-        raise ValueError(f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)")
+        raise ValueError(
+            f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)"
+        )
     if y.numel() and (y.min() < 0 or y.max() > 1):
-        raise ValueError(f"binary labels must lie in {{0, 1}}, got [{y.min()}, {y.max()}]")
+        raise ValueError(
+            f"binary labels must lie in {{0, 1}}, got [{y.min()}, {y.max()}]"
+        )

@@ -1,25 +1,28 @@
-"""Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ, plus the diagonal prior.
+"""Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ, plus the
+diagonal prior.
 
-The GGN of N examples has rank at most N·K, and its spectrum usually decays fast: a few large
-eigenvalues carry most of it (notebook 05). Keeping the k largest, found by Lanczos on GGN-vector
-products (``matfree.py``) without ever forming H, gives
+The GGN of N examples has rank at most N·K, and its spectrum usually decays fast: a few
+large eigenvalues carry most of it (notebook 05). Keeping the k largest, found by
+Lanczos on GGN-vector products (``matfree.py``) without ever forming H, gives
 
     P = c·V diag(λ) Vᵀ + D,        c = 1/(σ²T),   D = diag(p₀).
 
-Write P = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k eigendecomposition
-Wᵀ W = E diag(s) Eᵀ, the columns of G = W E s^-½ are orthonormal and W Wᵀ = G diag(s) Gᵀ, so
+Write P = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k
+eigendecomposition Wᵀ W = E diag(s) Eᵀ, the columns of G = W E s^-½ are orthonormal and
+W Wᵀ = G diag(s) Gᵀ, so
 
     log det P = Σ log dᵢ + log det(I_k + Wᵀ W),
     Σ = P⁻¹   = D^-½ (I + G diag(1/(1 + s) − 1) Gᵀ) D^-½,
     θ ~ N(0, Σ):  D^-½ (ε + G diag((1 + s)^-½ − 1) Gᵀ ε):
 
-every operation costs O(P·k²) or less, for any diagonal prior (scalar, per tensor or per parameter).
-Along the P − k directions it drops, the posterior is the prior: the approximation under-estimates H,
-so it over-estimates uncertainty there.
+every operation costs O(P·k²) or less, for any diagonal prior (scalar, per tensor or per
+parameter). Along the P − k directions it drops, the posterior is the prior: the
+approximation under-estimates H, so it over-estimates uncertainty there.
 
-laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the *Hessian* (through the old
-``asdfghjkl`` package), not of the GGN; on a network that is not at an exact minimum, or not linear in
-its weights, the two differ by the residual term of ``curvature.py``.
+laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the *Hessian* (through
+the old ``asdfghjkl`` package), not of the GGN; on a network that is not at an exact
+minimum, or not linear in its weights, the two differ by the residual term of
+``curvature.py``.
 
 Shapes: P parameters, k the rank, N inputs, K outputs, S samples.
 """
@@ -39,9 +42,10 @@ from .posterior import prior_precision_diag
 
 
 def top_eigenpairs(matvec, v0: Tensor, k: int, n_iter: int) -> tuple[Tensor, Tensor]:
-    """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator, from ``n_iter`` steps of
-    Lanczos with full re-orthogonalisation started at v0 (exact when ``n_iter`` = P). Eigenvalues that
-    are zero to round-off (below 1e-12·λ_max, or Krylov directions H does not reach) are dropped."""
+    """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator, from
+    ``n_iter`` steps of Lanczos with full re-orthogonalisation started at v0 (exact when
+    ``n_iter`` = P). Eigenvalues that are zero to round-off (below 1e-12·λ_max, or
+    Krylov directions H does not reach) are dropped."""
     T, Q = lanczos(matvec, v0, n_iter)
     theta, U = torch.linalg.eigh(T)
     theta, U = theta.flip(0), U.flip(1)  # largest first
@@ -51,14 +55,15 @@ def top_eigenpairs(matvec, v0: Tensor, k: int, n_iter: int) -> tuple[Tensor, Ten
 
 
 class LowRankGGN(MatfreeGGN):
-    """Builder: ``update(X)`` stores each batch (and returns f(X), as :class:`MatfreeGGN`); ``finish()``
-    runs Lanczos on the GGN of all stored data and returns a :class:`LowRankPosterior` of rank ``rank``
-    (default 20).
+    """Builder: ``update(X)`` stores each batch (and returns f(X), as
+    :class:`MatfreeGGN`); ``finish()`` runs Lanczos on the GGN of all stored data and
+    returns a :class:`LowRankPosterior` of rank ``rank`` (default 20).
 
-    ``n_iter`` Lanczos steps (default min(P, 2·rank + 20)): Ritz values of the largest eigenvalues
-    converge first, so a few more steps than the rank suffice when the spectrum decays. The start
-    vector is a fixed-seed Gaussian draw, so a fit is deterministic. The eigenpairs of two data sets do
-    not add up, so a fit cannot be continued with more data (``can_update = False``)."""
+    ``n_iter`` Lanczos steps (default min(P, 2·rank + 20)): Ritz values of the largest
+    eigenvalues converge first, so a few more steps than the rank suffice when the
+    spectrum decays. The start vector is a fixed-seed Gaussian draw, so a fit is
+    deterministic. The eigenpairs of two data sets do not add up, so a fit cannot be
+    continued with more data (``can_update = False``)."""
 
     can_update = False
 
@@ -86,7 +91,8 @@ class LowRankGGN(MatfreeGGN):
 
 @dataclass
 class LowRankMatrix:
-    """c·V diag(λ) Vᵀ + D (the precision), or its inverse (``inverse=True``), for small-P checks."""
+    """c·V diag(λ) Vᵀ + D (the precision), or its inverse (``inverse=True``), for
+    small-P checks."""
 
     posterior: LowRankPosterior
     prior: Tensor
@@ -99,13 +105,17 @@ class LowRankMatrix:
             d = prior_precision_diag(self.prior, post.param_sizes).to(V.dtype)
             return self.factor * (V * post.eigvals) @ V.T + torch.diag(d)
         d, G, s = post._whitened(self.prior, self.factor)
-        inner = torch.eye(post.n_params, dtype=V.dtype, device=V.device) + (G * (1 / (1 + s) - 1)) @ G.T
+        inner = (
+            torch.eye(post.n_params, dtype=V.dtype, device=V.device)
+            + (G * (1 / (1 + s) - 1)) @ G.T
+        )
         return inner / d.sqrt()[:, None] / d.sqrt()[None, :]
 
 
 class LowRankPosterior:
-    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol for H ≈ V diag(λ) Vᵀ.
-    ``H`` is the pair (V (P, k), λ (k,)), as laplace-torch's ``LowRankLaplace.H``."""
+    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol for H
+    ≈ V diag(λ) Vᵀ. ``H`` is the pair (V (P, k), λ (k,)), as laplace-torch's
+    ``LowRankLaplace.H``."""
 
     def __init__(self, V: Tensor, eigvals: Tensor, param_sizes: list[int]):
         self.V, self.eigvals, self.param_sizes = V, eigvals, list(param_sizes)
@@ -117,7 +127,9 @@ class LowRankPosterior:
         return self.V, self.eigvals
 
     def _whitened(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(d (P,), G (P, k) orthonormal, s (k,)) with P = D^½ (I + G diag(s) Gᵀ) D^½."""
+        """(d (P,), G (P, k) orthonormal, s (k,)) with P = D^½ (I
+        + G diag(s) Gᵀ) D^½.
+        """
         d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
         W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
         s, E = torch.linalg.eigh(W.T @ W)
@@ -127,7 +139,9 @@ class LowRankPosterior:
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
         if self.route == "eigen":
-            raise ValueError("evidence_route='eigen' is for hessian_structure='full', not 'lowrank'")
+            raise ValueError(
+                "evidence_route='eigen' is for hessian_structure='full', not 'lowrank'"
+            )
         d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
         W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
         eye = torch.eye(W.shape[1], dtype=W.dtype, device=W.device)
@@ -143,7 +157,9 @@ class LowRankPosterior:
         JG = Jt @ G  # (N, K, k)
         return Jt @ Jt.mT + (JG * (1 / (1 + s) - 1)) @ JG.mT
 
-    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+    def sample(
+        self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
+    ) -> Tensor:
         d, G, s = self._whitened(prior, factor)
         eps = randn((n_samples, self.n_params), self.V, generator)
         return (eps + ((eps @ G) * ((1 + s).rsqrt() - 1)) @ G.T) / d.sqrt()

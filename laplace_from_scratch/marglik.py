@@ -5,10 +5,10 @@ Integrating the Gaussian approximation of the log joint over θ gives the eviden
     log p(D) ≈ log p(D | θ*) + log p(θ*) + (P/2) log 2π − ½ log det P
              = log p(D | θ*) − ½ (log det P − log det P₀ + (θ* − μ₀)ᵀ P₀ (θ* − μ₀)),
 
-the second form (laplace-torch's) after writing out the Gaussian prior: its (2π)^P/2 cancels.
-It is a differentiable function of the prior precision δ (through P₀ and P) and of the noise σ
-(through the likelihood term and P = H/(σ²T) + P₀), so we maximise it by gradient ascent on
-log δ and log σ, which keeps both positive.
+the second form (laplace-torch's) after writing out the Gaussian prior: its (2π)^P/2
+cancels. It is a differentiable function of the prior precision δ (through P₀ and P) and
+of the noise σ (through the likelihood term and P = H/(σ²T) + P₀), so we maximise it by
+gradient ascent on log δ and log σ, which keeps both positive.
 
 Shapes: P parameters.
 """
@@ -22,7 +22,10 @@ from torch import Tensor
 
 
 def laplace_evidence(
-    log_likelihood: Tensor, log_det_posterior: Tensor, log_det_prior: Tensor, scatter: Tensor
+    log_likelihood: Tensor,
+    log_det_posterior: Tensor,
+    log_det_prior: Tensor,
+    scatter: Tensor,
 ) -> Tensor:
     """log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)), a scalar."""
     return log_likelihood - 0.5 * (log_det_posterior - log_det_prior + scatter)
@@ -34,11 +37,13 @@ def maximize_on_logs(
     n_steps: int = 100,
     lr: float = 0.1,
 ) -> tuple[dict[str, Tensor], list[float]]:
-    """Maximise ``objective(**{name: exp(log value)})`` by Adam on the logs of the values.
+    """Maximise ``objective(**{name: exp(log value)})`` by Adam on the logs of the
+    values.
 
-    ``init`` maps argument names to positive initial values (tensors of any shape, on any device).
-    Returns the final values (detached) and the objective before each step. This is laplace-torch's
-    scheme for δ (Adam, lr 0.1, 100 steps) extended to any set of positive hyperparameters.
+    ``init`` maps argument names to positive initial values (tensors of any shape, on
+    any device). Returns the final values (detached) and the objective before each step.
+    This is laplace-torch's scheme for δ (Adam, lr 0.1, 100 steps) extended to any set
+    of positive hyperparameters.
     """
     logs = {k: v.detach().log().clone().requires_grad_(True) for k, v in init.items()}
     opt = torch.optim.Adam(list(logs.values()), lr=lr)
@@ -46,15 +51,19 @@ def maximize_on_logs(
     for _ in range(n_steps):
         opt.zero_grad()
         values = {k: v.exp() for k, v in logs.items()}
-        if not all(bool(torch.isfinite(v).all() and (v > 0).all()) for v in values.values()):
+        if not all(
+            bool(torch.isfinite(v).all() and (v > 0).all()) for v in values.values()
+        ):
             raise ValueError(
-                f"Adam diverged at step {len(history)} (lr={lr}): a hyperparameter became 0 or inf; "
+                f"Adam diverged at step {len(history)} (lr={lr}): a hyperparameter "
+                "became 0 or inf; "
                 "the learning rate is too large"
             )
         value = objective(**values)
         if not torch.isfinite(value):
             raise ValueError(
-                f"the evidence became {value.item()} at step {len(history)} of Adam (lr={lr}): "
+                f"the evidence became {value.item()} at step {len(history)} of Adam "
+                f"(lr={lr}): "
                 "the learning rate is too large, or the model's loss is not finite"
             )
         (-value).backward()

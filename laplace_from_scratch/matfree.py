@@ -1,15 +1,16 @@
 """Matrix-free Laplace: never form the P×P GGN, only products with it.
 
-A GGN-vector product is a forward-mode product J v (one JVP), the output Hessian Λ J v (K×K per
-example), and a reverse-mode product Jᵀ(Λ J v) (one VJP): about the cost of two passes over the
-data, and memory O(P) instead of O(P²). With products P v = c·G v + p₀ ⊙ v of the posterior
-precision (c = 1/(σ²T)) we get
+A GGN-vector product is a forward-mode product J v (one JVP), the output Hessian Λ J v
+(K×K per example), and a reverse-mode product Jᵀ(Λ J v) (one VJP): about the cost of two
+passes over the data, and memory O(P) instead of O(P²). With products P v = c·G v + p₀ ⊙
+v of the posterior precision (c = 1/(σ²T)) we get
 
 * P⁻¹ b by conjugate gradients (CG), for J Σ Jᵀ at a few test inputs;
-* log det P by stochastic Lanczos quadrature (SLQ): log det P = tr log P = E[zᵀ log(P) z] for
-  Rademacher z, and zᵀ log(P) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from the eigenpairs (θⱼ, τⱼ = first components)
-  of the m×m Lanczos tridiagonal matrix started at z;
-* samples θ* + P^{-½} ε with P^{-½} ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos process.
+* log det P by stochastic Lanczos quadrature (SLQ): log det P = tr log P = E[zᵀ log(P)
+  z] for Rademacher z, and zᵀ log(P) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from the eigenpairs (θⱼ, τⱼ
+  = first components) of the m×m Lanczos tridiagonal matrix started at z;
+* samples θ* + P^{-½} ε with P^{-½} ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos
+  process.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -31,14 +32,22 @@ MatVec = Callable[[Tensor], Tensor]
 
 
 def ggn_vector_product(
-    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, v: Tensor, batch_size: int = 1024
+    f: Functional,
+    theta: Tensor,
+    X: Tensor,
+    likelihood: Likelihood,
+    v: Tensor,
+    batch_size: int = 1024,
 ) -> Tensor:
     """G v = Σₙ Jₙᵀ Λₙ Jₙ v by one JVP and one VJP per batch, without forming J or G.
 
-    v: (P,) → (P,), or (P, R) → (P, R) for R vectors at once (``torch.func.vmap`` over the columns).
+    v: (P,) → (P,), or (P, R) → (P, R) for R vectors at once (``torch.func.vmap`` over
+    the columns).
     """
     if v.ndim == 2:
-        return vmap(lambda c: ggn_vector_product(f, theta, X, likelihood, c, batch_size), 1, 1)(v)
+        return vmap(
+            lambda c: ggn_vector_product(f, theta, X, likelihood, c, batch_size), 1, 1
+        )(v)
     out = torch.zeros_like(theta)
     for start in range(0, X.shape[0], batch_size):
         Xb = X[start : start + batch_size]
@@ -61,10 +70,15 @@ def posterior_precision_matvec(
     prior_precision: Tensor,
     factor: float | Tensor = 1.0,
 ) -> MatVec:
-    """v ↦ P v = factor·G v + p₀ ⊙ v, factor = 1/(σ²T); p₀ scalar or (P,). v: (P,) or (P, R)."""
+    """v ↦ P v = factor·G v + p₀ ⊙ v, factor = 1/(σ²T); p₀ scalar or (P,). v: (P,) or
+    (P, R)."""
 
     def matvec(v: Tensor) -> Tensor:
-        p0 = prior_precision if v.ndim == 1 or prior_precision.ndim == 0 else prior_precision[:, None]
+        p0 = (
+            prior_precision
+            if v.ndim == 1 or prior_precision.ndim == 0
+            else prior_precision[:, None]
+        )
         return factor * ggn_vector_product(f, theta, X, likelihood, v) + p0 * v
 
     return matvec
@@ -73,9 +87,9 @@ def posterior_precision_matvec(
 def conjugate_gradient(
     matvec: MatVec, b: Tensor, tol: float = 1e-10, max_iter: int | None = None
 ) -> tuple[Tensor, int]:
-    """Solve A x = b for SPD A given only v ↦ A v. b: (P,), or (P, R) for R independent solves that
-    share each product A [p₁ … p_R] (``matvec`` must accept (P, R) then). A column stops at
-    ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
+    """Solve A x = b for SPD A given only v ↦ A v. b: (P,), or (P, R) for R independent
+    solves that share each product A [p₁ … p_R] (``matvec`` must accept (P, R) then). A
+    column stops at ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
     if max_iter is None:
         max_iter = 10 * b.shape[0]
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
@@ -96,7 +110,8 @@ def conjugate_gradient(
         if bool((active & ~(pAp > 0)).any()):  # also catches NaN
             worst = pAp[active].min().item()
             raise ValueError(
-                f"conjugate gradients needs a positive-definite operator: pᵀAp = {worst:.3g} at iteration "
+                "conjugate gradients needs a positive-definite operator: pᵀAp = "
+                f"{worst:.3g} at iteration "
                 f"{i} (is the prior precision positive? does the operator return NaN?)"
             )
         # converged columns take no step (their α is 0), so nothing divides 0 by 0
@@ -107,7 +122,8 @@ def conjugate_gradient(
         p = r + torch.where(active, rr_new / torch.where(active, rr, 1), 0) * p
         rr = rr_new
     warnings.warn(
-        f"conjugate gradients did not reach tol={tol} in max_iter={max_iter} iterations "
+        f"conjugate gradients did not reach tol={tol} in max_iter={max_iter} "
+        "iterations "
         f"(relative residual {(rr.sqrt() / b.norm(dim=0)).max().item():.2e})",
         RuntimeWarning,
         stacklevel=2,
@@ -118,14 +134,16 @@ def conjugate_gradient(
 def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
     """m steps of Lanczos with full re-orthogonalisation from v0.
 
-    Returns (T (m', m') tridiagonal, Q (P, m') orthonormal) with Qᵀ A Q = T; m' < m if the Krylov
-    space is exhausted early.
+    Returns (T (m', m') tridiagonal, Q (P, m') orthonormal) with Qᵀ A Q = T; m' < m if
+    the Krylov space is exhausted early.
     """
     P = v0.numel()
     if not v0.norm() > 0:  # also False for NaN
         raise ValueError("Lanczos needs a non-zero, finite start vector")
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"the number of Lanczos steps must be a positive integer, got {m!r}")
+        raise ValueError(
+            f"the number of Lanczos steps must be a positive integer, got {m!r}"
+        )
     m = min(m, P)
     Q = torch.zeros(P, m, dtype=v0.dtype, device=v0.device)
     alphas, betas = [], []
@@ -137,7 +155,8 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
         w = matvec(q) - beta * q_prev
         alpha = q @ w
         w = w - alpha * q
-        w = w - Q[:, : j + 1] @ (Q[:, : j + 1].T @ w)  # re-orthogonalise (twice is enough)
+        # re-orthogonalise (twice is enough)
+        w = w - Q[:, : j + 1] @ (Q[:, : j + 1].T @ w)
         w = w - Q[:, : j + 1] @ (Q[:, : j + 1].T @ w)
         alphas.append(alpha)
         beta = w.norm()
@@ -164,33 +183,45 @@ def slq_log_det(
 ) -> tuple[Tensor, Tensor]:
     """log det A by stochastic Lanczos quadrature with Rademacher probes.
 
-    ``dtype`` and ``device`` are those of the operator's vectors (default: torch's defaults); the probes
-    are drawn by ``generator`` on its own device (a CPU generator works for a CUDA operator).
-    Returns (estimate, standard error over the probes).
+    ``dtype`` and ``device`` are those of the operator's vectors (default: torch's
+    defaults); the probes are drawn by ``generator`` on its own device (a CPU generator
+    works for a CUDA operator). Returns (estimate, standard error over the probes).
     """
-    like = torch.zeros(n_params, dtype=dtype or torch.get_default_dtype(), device=device)
-    estimate, se, _ = slq_log_det_and_inverse_diagonal(matvec, like, n_probes, m, generator)
+    like = torch.zeros(
+        n_params, dtype=dtype or torch.get_default_dtype(), device=device
+    )
+    estimate, se, _ = slq_log_det_and_inverse_diagonal(
+        matvec, like, n_probes, m, generator
+    )
     return estimate, se
 
 
 def _check_ritz(theta: Tensor) -> None:
     if not bool((theta > 0).all()):  # also catches NaN
         raise ValueError(
-            f"the operator is not positive definite: Lanczos found an eigenvalue {theta.min().item():.3g} ≤ 0"
+            "the operator is not positive definite: Lanczos found an eigenvalue "
+            f"{theta.min().item():.3g} ≤ 0"
         )
 
 
 def lanczos_inv_sqrt(matvec: MatVec, b: Tensor, m: int = 50) -> Tensor:
-    """A^{-½} b ≈ ‖b‖ Q T^{-½} e₁ from m Lanczos steps started at b (exact when m = P)."""
+    """A^{-½} b ≈ ‖b‖ Q T^{-½} e₁ from m Lanczos steps started at
+    b (exact when m = P).
+    """
     T, Q = lanczos(matvec, b, m)
     theta, U = torch.linalg.eigh(T)
     return b.norm() * (Q @ (U @ (U[0] / theta.sqrt())))
 
 
 def sample_matrix_free(
-    matvec: MatVec, mean: Tensor, n_samples: int, m: int = 50, generator: torch.Generator | None = None
+    matvec: MatVec,
+    mean: Tensor,
+    n_samples: int,
+    m: int = 50,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
-    """θ = θ* + P^{-½} ε with ε ~ N(0, I), by Lanczos; (S, P). Covariance → P⁻¹ as m grows."""
+    """θ = θ* + P^{-½} ε with ε ~ N(0, I), by Lanczos; (S, P). Covariance → P⁻¹ as m
+    grows."""
     eps = randn((n_samples, mean.numel()), mean, generator)
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
@@ -198,28 +229,39 @@ def sample_matrix_free(
 def functional_variance_cg(
     matvec: MatVec, J: Tensor, tol: float = 1e-10, max_iter: int | None = None
 ) -> Tensor:
-    """J P⁻¹ Jᵀ per input by CG, all N·K rows of J solved together (``matvec`` takes (P, N·K)).
-    J: (N, K, P) → (N, K, K)."""
+    """J P⁻¹ Jᵀ per input by CG, all N·K rows of J solved together (``matvec`` takes (P,
+    N·K)). J: (N, K, P) → (N, K, K)."""
     N, K, P = J.shape
-    solves = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)[0].T.reshape(N, K, P)
+    solves = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)[
+        0
+    ].T.reshape(N, K, P)
     return torch.einsum("nkp,nlp->nkl", J, solves)
 
 
-# ----- matrix-free Laplace as a posterior structure ------------------------------------------------
+# ----- matrix-free Laplace as a posterior structure
+# ------------------------------------------------
 
 
 def slq_log_det_and_inverse_diagonal(
-    matvec: MatVec, like: Tensor, n_probes: int, m: int, generator: torch.Generator | None = None
+    matvec: MatVec,
+    like: Tensor,
+    n_probes: int,
+    m: int,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """SLQ for log det A together with a Hutchinson estimate of diag(A⁻¹) from the same probes.
+    """SLQ for log det A together with a Hutchinson estimate of diag(A⁻¹) from the same
+    probes.
 
     For a probe z the Lanczos process gives both zᵀ log(A) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ and
-    A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T); E[z ⊙ A⁻¹z] = diag(A⁻¹)
-    for Rademacher z. ``like`` (P,) gives the vectors' dtype and device. Returns (log det estimate, its
-    standard error over the probes, diag(A⁻¹) estimate (P,)).
+    A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T); E[z ⊙
+    A⁻¹z] = diag(A⁻¹) for Rademacher z. ``like`` (P,) gives the vectors' dtype and
+    device. Returns (log det estimate, its standard error over the probes, diag(A⁻¹)
+    estimate (P,)).
     """
     if n_probes < 2:
-        raise ValueError(f"n_probes must be at least 2 (for a standard error), got {n_probes}")
+        raise ValueError(
+            f"n_probes must be at least 2 (for a standard error), got {n_probes}"
+        )
     P = like.numel()
     values, diag = [], torch.zeros_like(like)
     for _ in range(n_probes):
@@ -235,7 +277,8 @@ def slq_log_det_and_inverse_diagonal(
 
 
 class _StochasticLogDet(torch.autograd.Function):
-    """log det P with the gradients of the Hutchinson estimate: ∂/∂p₀ = diag(P⁻¹), ∂/∂c = tr(P⁻¹H)."""
+    """log det P with the gradients of the Hutchinson estimate: ∂/∂p₀ = diag(P⁻¹), ∂/∂c
+    = tr(P⁻¹H)."""
 
     @staticmethod
     def forward(ctx, prior_diag, factor, value, grad_prior, grad_factor):
@@ -249,31 +292,60 @@ class _StochasticLogDet(torch.autograd.Function):
 
 
 class GGNOperator:
-    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches as an operator: ``G @ v`` for v (P,) or (P, R)."""
+    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches as an operator: ``G @ v`` for v (P,)
+    or (P, R)."""
 
-    def __init__(self, f: Functional, theta: Tensor, likelihood: Likelihood, batches: list[Tensor]):
-        self.f, self.theta, self.likelihood, self.batches = f, theta, likelihood, batches
+    def __init__(
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        batches: list[Tensor],
+    ):
+        self.f, self.theta, self.likelihood, self.batches = (
+            f,
+            theta,
+            likelihood,
+            batches,
+        )
         self.shape = (theta.numel(), theta.numel())
 
     def __matmul__(self, v: Tensor) -> Tensor:
-        return sum(ggn_vector_product(self.f, self.theta, X, self.likelihood, v) for X in self.batches)
+        return sum(
+            ggn_vector_product(self.f, self.theta, X, self.likelihood, v)
+            for X in self.batches
+        )
 
     def to_matrix(self, max_params: int = 5000) -> Tensor:
         """The dense G (P, P), by P products: for checks on small P only."""
         if self.shape[0] > max_params:
-            raise ValueError(f"to_matrix() of a P = {self.shape[0]} operator: raise max_params to force it")
+            raise ValueError(
+                f"to_matrix() of a P = {self.shape[0]} operator: raise max_params to "
+                "force it"
+            )
         eye = torch.eye(self.shape[0], dtype=self.theta.dtype, device=self.theta.device)
         return self @ eye
 
 
 class MatfreeGGN:
-    """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns a
-    :class:`MatfreePosterior` that computes everything from GGN-vector products over them."""
+    """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns
+    a :class:`MatfreePosterior` that computes everything from GGN-vector products over
+    them."""
 
     def __init__(
-        self, f: Functional, theta: Tensor, likelihood: Likelihood, param_sizes: list[int], **options
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        param_sizes: list[int],
+        **options,
     ):
-        self.f, self.theta, self.likelihood, self.param_sizes = f, theta, likelihood, param_sizes
+        self.f, self.theta, self.likelihood, self.param_sizes = (
+            f,
+            theta,
+            likelihood,
+            param_sizes,
+        )
         self.options, self.batches = options, []
 
     def update(self, X: Tensor) -> Tensor:
@@ -287,18 +359,21 @@ class MatfreeGGN:
 
 
 class MatfreePosterior:
-    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol with products only:
+    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol with
+    products only:
 
-    * ``log_det``: SLQ with ``n_probes`` Rademacher probes and ``lanczos_steps`` steps, its standard error
-      in ``log_det_se``; differentiable in δ and σ through a Hutchinson estimate of diag(P⁻¹) from the same
-      probes (∂ log det P/∂p₀ = diag P⁻¹, ∂/∂c = tr(P⁻¹H) = (P − Σ p₀ᵢ (P⁻¹)ᵢᵢ)/c), so the evidence can be
-      tuned by Adam like any other structure (with stochastic gradients);
+    * ``log_det``: SLQ with ``n_probes`` Rademacher probes and ``lanczos_steps`` steps,
+      its standard error in ``log_det_se``; differentiable in δ and σ through a
+      Hutchinson estimate of diag(P⁻¹) from the same probes (∂ log det P/∂p₀ = diag P⁻¹,
+      ∂/∂c = tr(P⁻¹H) = (P − Σ p₀ᵢ (P⁻¹)ᵢᵢ)/c), so the evidence can be tuned by Adam
+      like any other structure (with stochastic gradients);
     * ``variance``: that Hutchinson estimate of diag(P⁻¹) (unbiased, not exact);
-    * ``functional_variance``: conjugate gradients, all N·K right-hand sides together (tolerance ``cg_tol``);
+    * ``functional_variance``: conjugate gradients, all N·K right-hand sides together
+      (tolerance ``cg_tol``);
     * ``sample``: Lanczos P^-½ ε with ``sample_steps`` steps.
 
-    The probes are drawn from a generator seeded with ``seed`` at every call: the same (δ, σ) give the
-    same estimate. Memory is O(P·lanczos_steps); nothing P×P is formed.
+    The probes are drawn from a generator seeded with ``seed`` at every call: the same
+    (δ, σ) give the same estimate. Memory is O(P·lanczos_steps); nothing P×P is formed.
     """
 
     def __init__(
@@ -313,9 +388,15 @@ class MatfreePosterior:
         seed: int = 0,
     ):
         if n_probes < 2:
-            raise ValueError(f"n_probes must be at least 2 (for a standard error), got {n_probes}")
+            raise ValueError(
+                f"n_probes must be at least 2 (for a standard error), got {n_probes}"
+            )
         self.H, self.param_sizes, self.n_params = G, list(param_sizes), G.shape[0]
-        self.n_probes, self.lanczos_steps, self.sample_steps = n_probes, lanczos_steps, sample_steps
+        self.n_probes, self.lanczos_steps, self.sample_steps = (
+            n_probes,
+            lanczos_steps,
+            sample_steps,
+        )
         self.cg_tol, self.cg_max_iter, self.seed = cg_tol, cg_max_iter, seed
         self.route, self.tuning = "auto", False
         self.log_det_se: Tensor | None = None
@@ -342,14 +423,20 @@ class MatfreePosterior:
             if self._slq is None or not torch.equal(self._slq[0], key):
                 g = torch.Generator().manual_seed(self.seed)
                 est = slq_log_det_and_inverse_diagonal(
-                    self.matvec(prior, factor), self.H.theta, self.n_probes, self.lanczos_steps, g
+                    self.matvec(prior, factor),
+                    self.H.theta,
+                    self.n_probes,
+                    self.lanczos_steps,
+                    g,
                 )
                 self._slq = (key.clone(), est)
         return self._slq[1]
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
         if self.route == "eigen":
-            raise ValueError("evidence_route='eigen' is for hessian_structure='full', not 'matfree'")
+            raise ValueError(
+                "evidence_route='eigen' is for hessian_structure='full', not 'matfree'"
+            )
         value, se, diag_inv = self._estimate(prior, factor)
         self.log_det_se = se
         p0 = self._prior_diag(prior)
@@ -360,11 +447,17 @@ class MatfreePosterior:
         return self._estimate(prior, factor)[2]
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        return functional_variance_cg(self.matvec(prior, factor), J, self.cg_tol, self.cg_max_iter)
+        return functional_variance_cg(
+            self.matvec(prior, factor), J, self.cg_tol, self.cg_max_iter
+        )
 
-    def sample(self, n_samples: int, prior: Tensor, factor: Tensor, generator=None) -> Tensor:
+    def sample(
+        self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
+    ) -> Tensor:
         zero = torch.zeros_like(self.H.theta)
-        return sample_matrix_free(self.matvec(prior, factor), zero, n_samples, self.sample_steps, generator)
+        return sample_matrix_free(
+            self.matvec(prior, factor), zero, n_samples, self.sample_steps, generator
+        )
 
     def precision(self, prior: Tensor, factor: Tensor) -> MatfreeMatrix:
         return MatfreeMatrix(self, prior, factor)
@@ -374,20 +467,31 @@ class MatfreePosterior:
 
 
 class MatfreeMatrix:
-    """P as an operator (``P @ v``), or its inverse by CG (``inverse=True``); ``to_matrix()`` for small P."""
+    """P as an operator (``P @ v``), or its inverse by CG (``inverse=True``);
+    ``to_matrix()`` for small P."""
 
-    def __init__(self, posterior: MatfreePosterior, prior: Tensor, factor: Tensor, inverse: bool = False):
+    def __init__(
+        self,
+        posterior: MatfreePosterior,
+        prior: Tensor,
+        factor: Tensor,
+        inverse: bool = False,
+    ):
         self.posterior, self.inverse = posterior, inverse
         self.mv = posterior.matvec(prior, factor)
 
     def __matmul__(self, v: Tensor) -> Tensor:
         if self.inverse:
-            return conjugate_gradient(self.mv, v, self.posterior.cg_tol, self.posterior.cg_max_iter)[0]
+            return conjugate_gradient(
+                self.mv, v, self.posterior.cg_tol, self.posterior.cg_max_iter
+            )[0]
         return self.mv(v)
 
     def to_matrix(self, max_params: int = 5000) -> Tensor:
         P = self.posterior.n_params
         if P > max_params:
-            raise ValueError(f"to_matrix() of a P = {P} operator: raise max_params to force it")
+            raise ValueError(
+                f"to_matrix() of a P = {P} operator: raise max_params to force it"
+            )
         theta = self.posterior.H.theta
         return self @ torch.eye(P, dtype=theta.dtype, device=theta.device)

@@ -1,14 +1,17 @@
-"""How good are predicted class probabilities? Accuracy, proper scores, calibration, OOD detection.
+"""How good are predicted class probabilities? Accuracy, proper scores, calibration, OOD
+detection.
 
-* :func:`accuracy`, :func:`nll` (mean −log p(y)) and :func:`brier` (mean Σ_c (p_c − 1[c = y])²).
-* Calibration: :func:`calibration_curve` bins the confidence max_c p_c into equal-width bins
-  (lo, hi] on (0, 1] and compares the mean confidence with the accuracy in each bin;
-  :func:`ece` is the count-weighted mean gap.
-* Out-of-distribution detection: :func:`auroc` (the Mann–Whitney statistic, ties counted ½)
-  and :func:`ood_auroc`, which scores each input by how unsure the prediction is.
+* :func:`accuracy`, :func:`nll` (mean −log p(y)) and :func:`brier` (mean Σ_c (p_c − 1[c
+  = y])²).
+* Calibration: :func:`calibration_curve` bins the confidence max_c p_c into equal-width
+  bins (lo, hi] on (0, 1] and compares the mean confidence with the accuracy in each
+  bin; :func:`ece` is the count-weighted mean gap.
+* Out-of-distribution detection: :func:`auroc` (the Mann–Whitney statistic, ties counted
+  ½) and :func:`ood_auroc`, which scores each input by how unsure the prediction is.
 
 Shapes: N inputs, C classes. ``probs`` is (N, C) with rows that sum to 1 (use
-:func:`~laplace_from_scratch.predictive.two_class` for a single sigmoid output), ``y`` is (N,) int64.
+:func:`~laplace_from_scratch.predictive.two_class` for a single sigmoid output), ``y``
+is (N,) int64.
 """
 
 from __future__ import annotations
@@ -22,21 +25,25 @@ OOD_SCORES = ("max_prob", "entropy")
 
 
 def _check_probs(probs: Tensor, name: str = "probs") -> None:
-    """(N, C) floating probabilities whose rows sum to 1 (to 1e-4: catches logits passed by mistake)."""
+    """(N, C) floating probabilities whose rows sum to 1 (to 1e-4: catches logits passed
+    by mistake)."""
     if probs.ndim != 2 or not probs.is_floating_point():
         raise ValueError(
-            f"{name} must be floating class probabilities (N, C), got {probs.dtype} {tuple(probs.shape)}"
+            f"{name} must be floating class probabilities (N, C), got {probs.dtype} "
+            f"{tuple(probs.shape)}"
         )
     if probs.shape[0] == 0:
         raise ValueError(f"{name} is empty")
     sums = probs.sum(-1)
     if not (sums - 1).abs().max() <= 1e-4:  # also False for NaN
         raise ValueError(
-            f"the rows of {name} must sum to 1 (got sums in [{sums.min():.4g}, {sums.max():.4g}])"
+            f"the rows of {name} must sum to 1 (got sums in [{sums.min():.4g}, "
+            f"{sums.max():.4g}])"
         )
     if not bool((probs >= 0).all()):  # also False for NaN
         raise ValueError(
-            f"{name} must be probabilities in [0, 1] (got a minimum of {probs.min():.4g}): logits?"
+            f"{name} must be probabilities in [0, 1] (got a minimum of "
+            f"{probs.min():.4g}): logits?"
         )
 
 
@@ -44,18 +51,23 @@ def _check(probs: Tensor, y: Tensor) -> None:
     """``probs`` (N, C) and integer labels ``y`` (N,) in 0..C−1."""
     _check_probs(probs)
     if y.ndim != 1 or y.shape[0] != probs.shape[0]:
-        raise ValueError(f"y must be (N,) = ({probs.shape[0]},) labels, got {tuple(y.shape)}")
+        raise ValueError(
+            f"y must be (N,) = ({probs.shape[0]},) labels, got {tuple(y.shape)}"
+        )
     if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
         raise ValueError(f"y must hold integer labels, got {y.dtype}")
     C = probs.shape[1]
     if y.min() < 0 or y.max() >= C:
         raise ValueError(
-            f"labels must lie in 0..{C - 1} for {C} classes, got [{int(y.min())}, {int(y.max())}]"
+            f"labels must lie in 0..{C - 1} for {C} classes, got [{int(y.min())}, "
+            f"{int(y.max())}]"
         )
 
 
 def accuracy(probs: Tensor, y: Tensor) -> float:
-    """Fraction of inputs whose most probable class (the first, on a tie) is the label."""
+    """Fraction of inputs whose most probable class (the first,
+    on a tie) is the label.
+    """
     _check(probs, y)
     return (probs.argmax(-1) == y).double().mean().item()
 
@@ -63,8 +75,9 @@ def accuracy(probs: Tensor, y: Tensor) -> float:
 def nll(probs: Tensor, y: Tensor) -> float:
     """Mean negative log-likelihood −log p(y) in nats.
 
-    p(y) = 0 is clamped to the dtype's smallest normal number (``torch.finfo(dtype).tiny``), so the
-    result stays finite (−log tiny ≈ 87 in float32, ≈ 708 in float64).
+    p(y) = 0 is clamped to the dtype's smallest normal number
+    (``torch.finfo(dtype).tiny``), so the result stays finite (−log tiny ≈ 87 in
+    float32, ≈ 708 in float64).
     """
     _check(probs, y)
     p = probs.gather(1, y.unsqueeze(1)).squeeze(1)
@@ -74,22 +87,24 @@ def nll(probs: Tensor, y: Tensor) -> float:
 def brier(probs: Tensor, y: Tensor) -> float:
     """Multi-class Brier score: mean over N of Σ_c (p_c − 1[c = y])², in [0, 2].
 
-    For C = 2 this is twice scikit-learn's binary ``brier_score_loss`` (which scores only p(y = 1):
-    both classes contribute the same squared error).
+    For C = 2 this is twice scikit-learn's binary ``brier_score_loss`` (which scores
+    only p(y = 1): both classes contribute the same squared error).
     """
     _check(probs, y)
     onehot = torch.nn.functional.one_hot(y, probs.shape[1]).to(probs.dtype)
     return (probs - onehot).pow(2).sum(-1).mean().item()
 
 
-def calibration_curve(probs: Tensor, y: Tensor, n_bins: int = 15) -> tuple[Tensor, Tensor, Tensor]:
+def calibration_curve(
+    probs: Tensor, y: Tensor, n_bins: int = 15
+) -> tuple[Tensor, Tensor, Tensor]:
     """Mean confidence, accuracy and count per confidence bin: three (n_bins,) tensors.
 
-    The confidence of an input is max_c p_c. Bin b is (e_b, e_{b+1}] with edges
-    e = ``torch.linspace(0, 1, n_bins + 1)`` in the dtype of ``probs``: a confidence equal to an edge
-    goes to the lower bin (a confidence of exactly 0, impossible for a max over classes, to bin 0).
-    Empty bins have NaN confidence and accuracy and count 0. Confidence and accuracy are in the dtype
-    of ``probs``, counts are int64.
+    The confidence of an input is max_c p_c. Bin b is (e_b, e_{b+1}] with edges e =
+    ``torch.linspace(0, 1, n_bins + 1)`` in the dtype of ``probs``: a confidence equal
+    to an edge goes to the lower bin (a confidence of exactly 0, impossible for a max
+    over classes, to bin 0). Empty bins have NaN confidence and accuracy and count 0.
+    Confidence and accuracy are in the dtype of ``probs``, counts are int64.
     """
     _check(probs, y)
     if n_bins < 1:
@@ -97,23 +112,33 @@ def calibration_curve(probs: Tensor, y: Tensor, n_bins: int = 15) -> tuple[Tenso
     conf, pred = probs.max(-1)
     correct = (pred == y).to(probs.dtype)
     edges = torch.linspace(0, 1, n_bins + 1, dtype=probs.dtype, device=probs.device)
-    # bucketize(right=False) returns i with inner[i−1] < conf ≤ inner[i]: bins closed on the right
+    # bucketize(right=False) returns i with inner[i−1] < conf ≤ inner[i]: bins closed on
+    # the right
     idx = torch.bucketize(conf, edges[1:-1], right=False)
     count = torch.zeros(n_bins, dtype=torch.int64, device=probs.device).index_add_(
         0, idx, torch.ones_like(idx)
     )
-    conf_sum = torch.zeros(n_bins, dtype=probs.dtype, device=probs.device).index_add_(0, idx, conf)
-    acc_sum = torch.zeros(n_bins, dtype=probs.dtype, device=probs.device).index_add_(0, idx, correct)
+    conf_sum = torch.zeros(n_bins, dtype=probs.dtype, device=probs.device).index_add_(
+        0, idx, conf
+    )
+    acc_sum = torch.zeros(n_bins, dtype=probs.dtype, device=probs.device).index_add_(
+        0, idx, correct
+    )
     n = count.to(probs.dtype)
     nan = torch.full_like(n, float("nan"))
     empty = count == 0
-    return torch.where(empty, nan, conf_sum / n), torch.where(empty, nan, acc_sum / n), count
+    return (
+        torch.where(empty, nan, conf_sum / n),
+        torch.where(empty, nan, acc_sum / n),
+        count,
+    )
 
 
 def ece(probs: Tensor, y: Tensor, n_bins: int = 15) -> float:
-    """Expected calibration error Σ_b (n_b / N)·|acc_b − conf_b| over the non-empty bins of
-    :func:`calibration_curve`. 0 for perfect calibration; depends on ``n_bins``, and is biased upwards
-    by the sampling noise of acc_b (of order √(conf(1 − conf)/n_b) per bin)."""
+    """Expected calibration error Σ_b (n_b / N)·|acc_b − conf_b| over the non-empty bins
+    of :func:`calibration_curve`. 0 for perfect calibration; depends on ``n_bins``, and
+    is biased upwards by the sampling noise of acc_b (of order √(conf(1 − conf)/n_b) per
+    bin)."""
     conf, acc, count = calibration_curve(probs, y, n_bins)
     full = count > 0
     w = count[full].to(conf.dtype) / count.sum()
@@ -121,25 +146,35 @@ def ece(probs: Tensor, y: Tensor, n_bins: int = 15) -> float:
 
 
 def _average_ranks(x: Tensor) -> Tensor:
-    """Ranks 1..n of the entries of a 1-D tensor, tied entries sharing the mean of their ranks (float64)."""
-    _, inverse, counts = torch.unique(x, sorted=True, return_inverse=True, return_counts=True)
+    """Ranks 1..n of the entries of a 1-D tensor, tied entries sharing the mean of their
+    ranks (float64)."""
+    _, inverse, counts = torch.unique(
+        x, sorted=True, return_inverse=True, return_counts=True
+    )
     counts = counts.double()
     last = counts.cumsum(0)  # rank of the last member of each group of equal values
     return (last - (counts - 1) / 2)[inverse]
 
 
 def auroc(scores_pos: Tensor, scores_neg: Tensor) -> float:
-    """Area under the ROC curve: P(s₊ > s₋) + ½ P(s₊ = s₋) for a random positive and negative.
+    """Area under the ROC curve: P(s₊ > s₋) + ½ P(s₊ = s₋) for a random positive and
+    negative.
 
-    scores_pos: (n₊,), scores_neg: (n₋,) — larger means "more likely positive". Computed as the
-    Mann–Whitney U of the average ranks of the pooled scores: AUROC = (R₊ − n₊(n₊ + 1)/2) / (n₊ n₋),
-    R₊ the rank sum of the positives. 0.5 is chance, 1 perfect separation.
+    scores_pos: (n₊,), scores_neg: (n₋,) — larger means "more likely positive". Computed
+    as the Mann–Whitney U of the average ranks of the pooled scores: AUROC = (R₊ − n₊(n₊
+    + 1)/2) / (n₊ n₋), R₊ the rank sum of the positives. 0.5 is chance, 1 perfect
+    separation.
     """
     if scores_pos.ndim != 1 or scores_neg.ndim != 1:
-        raise ValueError(f"scores must be 1-D, got {tuple(scores_pos.shape)} and {tuple(scores_neg.shape)}")
+        raise ValueError(
+            f"scores must be 1-D, got {tuple(scores_pos.shape)} and "
+            f"{tuple(scores_neg.shape)}"
+        )
     n_pos, n_neg = scores_pos.numel(), scores_neg.numel()
     if n_pos == 0 or n_neg == 0:
-        raise ValueError(f"need at least one positive and one negative, got {n_pos} and {n_neg}")
+        raise ValueError(
+            f"need at least one positive and one negative, got {n_pos} and {n_neg}"
+        )
     pooled = torch.cat([scores_pos, scores_neg]).double()
     if pooled.isnan().any():
         raise ValueError("scores contain NaN")
@@ -164,10 +199,12 @@ def ood_score(probs: Tensor, score: str = "max_prob") -> Tensor:
 
 
 def ood_auroc(probs_in: Tensor, probs_out: Tensor, score: str = "max_prob") -> float:
-    """AUROC of telling out-of-distribution inputs (positives) from in-distribution ones (negatives)
-    by :func:`ood_score`. probs_in: (N_in, C), probs_out: (N_out, C), the same C classes.
+    """AUROC of telling out-of-distribution inputs (positives) from in-distribution ones
+    (negatives) by :func:`ood_score`. probs_in: (N_in, C), probs_out: (N_out, C), the
+    same C classes.
 
-    1 means every OOD input looks less certain than every in-distribution one; 0.5 is chance.
+    1 means every OOD input looks less certain than every in-distribution one; 0.5 is
+    chance.
     """
     if score not in OOD_SCORES:
         raise ValueError(f"score must be one of {OOD_SCORES}, got {score!r}")
@@ -175,21 +212,27 @@ def ood_auroc(probs_in: Tensor, probs_out: Tensor, score: str = "max_prob") -> f
     _check_probs(probs_out, "probs_out")
     if probs_in.shape[1] != probs_out.shape[1]:
         raise ValueError(
-            f"probs_in and probs_out must have the same classes, got C = {probs_in.shape[1]} "
+            "probs_in and probs_out must have the same classes, got C = "
+            f"{probs_in.shape[1]} "
             f"and {probs_out.shape[1]}"
         )
     return auroc(ood_score(probs_out, score), ood_score(probs_in, score))
 
 
 def auroc_interval(
-    scores_pos: Tensor, scores_neg: Tensor, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+    scores_pos: Tensor,
+    scores_neg: Tensor,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of :func:`auroc`: positives and negatives resampled with replacement,
-    each set on its own, ``n_boot`` times. scores_pos: (n₊,), scores_neg: (n₋,) → (low, high).
+    """Percentile bootstrap interval of :func:`auroc`: positives and negatives resampled
+    with replacement, each set on its own, ``n_boot`` times. scores_pos: (n₊,),
+    scores_neg: (n₋,) → (low, high).
 
-    Every resample's AUROC is cᵀ₊ W c₋ / (n₊ n₋), with W the n₊ × n₋ matrix of [s₊ > s₋] + ½[s₊ = s₋] and
-    c the multiplicities drawn (one matrix product for all resamples). Draws use a CPU generator seeded
-    with ``seed``.
+    Every resample's AUROC is cᵀ₊ W c₋ / (n₊ n₋), with W the n₊ × n₋ matrix of [s₊ > s₋]
+    + ½[s₊ = s₋] and c the multiplicities drawn (one matrix product for all resamples).
+    Draws use a CPU generator seeded with ``seed``.
     """
     auroc(scores_pos, scores_neg)  # the same checks
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 2:
@@ -197,17 +240,23 @@ def auroc_interval(
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     sp, sn = scores_pos.detach().double().cpu(), scores_neg.detach().double().cpu()
-    W = (sp[:, None] > sn[None, :]).double() + 0.5 * (sp[:, None] == sn[None, :]).double()
+    W = (sp[:, None] > sn[None, :]).double() + 0.5 * (
+        sp[:, None] == sn[None, :]
+    ).double()
     g = torch.Generator().manual_seed(seed)
 
     def counts(n: int) -> Tensor:
         idx = torch.randint(0, n, (n_boot, n), generator=g, device="cpu")
         ones = torch.ones(n_boot, n, dtype=torch.float64, device="cpu")
-        return torch.zeros(n_boot, n, dtype=torch.float64, device="cpu").scatter_add_(1, idx, ones)
+        return torch.zeros(n_boot, n, dtype=torch.float64, device="cpu").scatter_add_(
+            1, idx, ones
+        )
 
     cp, cn = counts(sp.numel()), counts(sn.numel())
     values = ((cp @ W) * cn).sum(1) / (sp.numel() * sn.numel())
-    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64, device="cpu")
+    q = torch.tensor(
+        [(1 - level) / 2, (1 + level) / 2], dtype=torch.float64, device="cpu"
+    )
     low, high = torch.quantile(values, q).tolist()
     return low, high
 
@@ -220,7 +269,10 @@ def ood_auroc_interval(
     level: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float, float]:
-    """:func:`ood_auroc` and its bootstrap interval (:func:`auroc_interval`): (AUROC, low, high)."""
+    """:func:`ood_auroc` and its bootstrap interval (:func:`auroc_interval`): (AUROC,
+    low, high)."""
     value = ood_auroc(probs_in, probs_out, score)
-    low, high = auroc_interval(ood_score(probs_out, score), ood_score(probs_in, score), n_boot, level, seed)
+    low, high = auroc_interval(
+        ood_score(probs_out, score), ood_score(probs_in, score), n_boot, level, seed
+    )
     return value, low, high

@@ -16,14 +16,15 @@ def mlp(
     dtype: torch.dtype | None = None,
     dropout: float = 0.0,
 ) -> nn.Sequential:
-    """``depth`` hidden layers of ``width`` units with ``activation``, then a linear output layer.
+    """``depth`` hidden layers of ``width`` units with ``activation``, then a linear
+    output layer.
 
-    ``dropout > 0`` puts ``nn.Dropout(dropout)`` after every activation (for MC dropout); the default
-    adds no module.
+    ``dropout > 0`` puts ``nn.Dropout(dropout)`` after every activation (for MC
+    dropout); the default adds no module.
 
-    Initialised from ``torch.manual_seed(seed)`` (PyTorch's default init; ``seed=None`` uses the
-    current random state), in ``dtype`` (default: ``torch.get_default_dtype()``). 1-50-50-1 has
-    P = 2701 parameters.
+    Initialised from ``torch.manual_seed(seed)`` (PyTorch's default init; ``seed=None``
+    uses the current random state), in ``dtype`` (default:
+    ``torch.get_default_dtype()``). 1-50-50-1 has P = 2701 parameters.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -47,18 +48,22 @@ def cnn(
     dtype: torch.dtype | None = None,
     dropout: float = 0.0,
 ) -> nn.Sequential:
-    """A small CNN for (N, in_channels, image_size, image_size) images, ending in ``nn.Linear``.
+    """A small CNN for (N, in_channels, image_size, image_size) images, ending in
+    ``nn.Linear``.
 
-    [3×3 conv, ReLU, 2×2 max-pool] twice, then a linear layer on the flattened features. For 8×8
-    digits with channels (8, 16) it has P = 1898 parameters, for 28×28 MNIST P = 9098. Initialised
-    like :func:`mlp`. ``dropout > 0`` puts ``nn.Dropout(dropout)`` before the linear layer.
+    [3×3 conv, ReLU, 2×2 max-pool] twice, then a linear layer on the flattened features.
+    For 8×8 digits with channels (8, 16) it has P = 1898 parameters, for 28×28 MNIST P =
+    9098. Initialised like :func:`mlp`. ``dropout > 0`` puts ``nn.Dropout(dropout)``
+    before the linear layer.
     """
     if seed is not None:
         torch.manual_seed(seed)
     c1, c2 = channels
     side = image_size // 4
     if side < 1:
-        raise ValueError(f"image_size must be at least 4 (two 2×2 poolings), got {image_size}")
+        raise ValueError(
+            f"image_size must be at least 4 (two 2×2 poolings), got {image_size}"
+        )
     return nn.Sequential(
         nn.Conv2d(in_channels, c1, 3, padding=1),
         nn.ReLU(),
@@ -73,11 +78,13 @@ def cnn(
 
 
 class PinnedZeroLogit(nn.Module):
-    """[0, f(x)]: a one-logit network as a two-class softmax network with the same parameters.
+    """[0, f(x)]: a one-logit network as a two-class softmax network with the same
+    parameters.
 
-    Same cross-entropy, same GGN (Λ's pinned row and column meet zero Jacobian rows), and its probit
-    with f_var = diag(0, v) is σ(f/√(1 + πv/8)): laplace-torch's ``"classification"`` on this network
-    is the reference for our ``"binary_classification"`` on ``model``.
+    Same cross-entropy, same GGN (Λ's pinned row and column meet zero Jacobian rows),
+    and its probit with f_var = diag(0, v) is σ(f/√(1 + πv/8)): laplace-torch's
+    ``"classification"`` on this network is the reference for our
+    ``"binary_classification"`` on ``model``.
     """
 
     def __init__(self, model: nn.Module):

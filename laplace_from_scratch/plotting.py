@@ -23,21 +23,35 @@ def plot_regression(
     colour: str = "tab:red",
     ylim: tuple[float, float] = (-3.0, 3.0),
 ) -> Axes:
-    """Training points, and optionally a curve ``mean`` (M, 1) on ``data.X_test`` with a ±2·std band."""
+    """Training points, and optionally a curve ``mean`` (M, 1) on ``data.X_test`` with a
+    ±2·std band."""
     x = data.X_test.squeeze(-1)
-    ax.scatter(data.X_train.squeeze(-1), data.y_train.squeeze(-1), s=8, c="k", alpha=0.6, label="data")
+    ax.scatter(
+        data.X_train.squeeze(-1),
+        data.y_train.squeeze(-1),
+        s=8,
+        c="k",
+        alpha=0.6,
+        label="data",
+    )
     if mean is not None:
         m = mean.detach().squeeze(-1)
         ax.plot(x, m, c=colour, lw=2, label=label)
         if std is not None:
             s = std.detach().squeeze(-1)
-            ax.fill_between(x, m - 2 * s, m + 2 * s, color=colour, alpha=0.2, label="±2 std")
-    ax.axvspan(float(data.X_train.min()), float(data.X_train.max()), color="0.9", zorder=-1)
+            ax.fill_between(
+                x, m - 2 * s, m + 2 * s, color=colour, alpha=0.2, label="±2 std"
+            )
+    ax.axvspan(
+        float(data.X_train.min()), float(data.X_train.max()), color="0.9", zorder=-1
+    )
     ax.set(xlabel="x", ylabel="y", ylim=ylim, xlim=(float(x.min()), float(x.max())))
     return ax
 
 
-def _scatter_classes(ax: Axes, data: ClassificationData, size: float, label: bool) -> None:
+def _scatter_classes(
+    ax: Axes, data: ClassificationData, size: float, label: bool
+) -> None:
     """One scatter per class, in the shared class colours."""
     for c in torch.unique(data.y).tolist():
         pts = data.X[data.y == c]
@@ -60,13 +74,19 @@ def plot_2d_data(ax: Axes, data: ClassificationData, title: str = "") -> Axes:
     return ax
 
 
-def grid_2d(lim: float | tuple[float, float, float, float] = 3.0, n: int = 100) -> Tensor:
-    """An n×n grid of 2-D inputs, (n·n, 2), row-major in x₂ then x₁ (so ``values.reshape(n, n)`` plots).
+def grid_2d(
+    lim: float | tuple[float, float, float, float] = 3.0, n: int = 100
+) -> Tensor:
+    """An n×n grid of 2-D inputs, (n·n, 2), row-major in x₂ then x₁ (so
+    ``values.reshape(n, n)`` plots).
 
-    ``lim`` is a half-width (a square around 0) or (x₁min, x₁max, x₂min, x₂max). Made on the CPU
-    (plots are drawn from there): move it with ``.to(device)`` to predict on another device.
+    ``lim`` is a half-width (a square around 0) or (x₁min, x₁max, x₂min, x₂max). Made on
+    the CPU (plots are drawn from there): move it with ``.to(device)`` to predict on
+    another device.
     """
-    x1min, x1max, x2min, x2max = (-lim, lim, -lim, lim) if isinstance(lim, int | float) else lim
+    x1min, x1max, x2min, x2max = (
+        (-lim, lim, -lim, lim) if isinstance(lim, int | float) else lim
+    )
     dtype = torch.get_default_dtype()
     x1 = torch.linspace(x1min, x1max, n, dtype=dtype, device="cpu")
     x2 = torch.linspace(x2min, x2max, n, dtype=dtype, device="cpu")
@@ -84,31 +104,51 @@ def plot_contour(
     colorbar: bool = True,
     levels: int | list[float] | None = None,
 ) -> Axes:
-    """Filled contours of ``values`` (n·n,) on a :func:`grid_2d` grid, with the data on top.
+    """Filled contours of ``values`` (n·n,) on a :func:`grid_2d` grid, with the data on
+    top.
 
-    ``kind="probability"``: p(y = 1 | x) on [0, 1] (diverging colours, the 0.5 line drawn);
-    ``kind="entropy"``: predictive entropy on [0, log K] (sequential colours), K from ``data``
-    (or the maximum of ``values``); ``kind="other"``: any scalar, own range.
+    ``kind="probability"``: p(y = 1 | x) on [0, 1] (diverging colours, the 0.5 line
+    drawn); ``kind="entropy"``: predictive entropy on [0, log K] (sequential colours), K
+    from ``data`` (or the maximum of ``values``); ``kind="other"``: any scalar, own
+    range.
     """
     n = int(round(grid.shape[0] ** 0.5))
     if n * n != grid.shape[0] or values.numel() != grid.shape[0]:
-        raise ValueError(f"grid {tuple(grid.shape)} and values {tuple(values.shape)} must be an n×n grid")
-    grid = grid.detach().cpu()  # matplotlib draws from the CPU, whatever device predicted
+        raise ValueError(
+            f"grid {tuple(grid.shape)} and values {tuple(values.shape)} must be an n×n "
+            "grid"
+        )
+    # matplotlib draws from the CPU, whatever device predicted
+    grid = grid.detach().cpu()
     X1, X2 = grid[:, 0].reshape(n, n), grid[:, 1].reshape(n, n)
     V = values.detach().cpu().reshape(n, n)
     if kind == "probability":
         cs = ax.contourf(
-            X1, X2, V, levels=levels or [i / 10 for i in range(11)], cmap="RdBu_r", vmin=0, vmax=1
+            X1,
+            X2,
+            V,
+            levels=levels or [i / 10 for i in range(11)],
+            cmap="RdBu_r",
+            vmin=0,
+            vmax=1,
         )
         ax.contour(X1, X2, V, levels=[0.5], colors="k", linewidths=1)
     elif kind == "entropy":
         K = len(torch.unique(data.y)) if data is not None else None
         top = math.log(K) if K else float(V.max())
-        cs = ax.contourf(X1, X2, V, levels=levels or torch.linspace(0, top, 11).tolist(), cmap="viridis")
+        cs = ax.contourf(
+            X1,
+            X2,
+            V,
+            levels=levels or torch.linspace(0, top, 11).tolist(),
+            cmap="viridis",
+        )
     elif kind == "other":
         cs = ax.contourf(X1, X2, V, levels=levels or 10, cmap="viridis")
     else:
-        raise ValueError(f"kind must be 'probability', 'entropy' or 'other', got {kind!r}")
+        raise ValueError(
+            f"kind must be 'probability', 'entropy' or 'other', got {kind!r}"
+        )
     if colorbar:
         ax.figure.colorbar(cs, ax=ax, shrink=0.85)
     if data is not None:
@@ -119,9 +159,17 @@ def plot_contour(
     return ax
 
 
-def new_figure(ncols: int = 1, nrows: int = 1, width: float = 4.5, height: float = 3.2, **kw):
+def new_figure(
+    ncols: int = 1, nrows: int = 1, width: float = 4.5, height: float = 3.2, **kw
+):
     """``plt.subplots`` sized per panel, with constrained layout."""
-    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained", **kw)
+    return plt.subplots(
+        nrows,
+        ncols,
+        figsize=(width * ncols, height * nrows),
+        layout="constrained",
+        **kw,
+    )
 
 
 def plot_reliability(
@@ -134,12 +182,14 @@ def plot_reliability(
     counts_ax: Axes | None = None,
 ) -> float:
     """Reliability diagram: accuracy against mean confidence in each non-empty bin of
-    :func:`~laplace_from_scratch.metrics.calibration_curve`, as a line with markers, and the diagonal
-    (perfect calibration) once per axes. probs: (N, C), y: (N,). Returns the ECE, shown in the legend.
+    :func:`~laplace_from_scratch.metrics.calibration_curve`, as a line with markers, and
+    the diagonal (perfect calibration) once per axes. probs: (N, C), y: (N,). Returns
+    the ECE, shown in the legend.
 
-    ``counts_ax``: an axes (typically a short one below ``ax``) where the number of points in each
-    confidence bin is drawn as a step histogram on a log scale: bins with few points say little.
-    Call it again on the same axes to overlay several predictives.
+    ``counts_ax``: an axes (typically a short one below ``ax``) where the number of
+    points in each confidence bin is drawn as a step histogram on a log scale: bins with
+    few points say little. Call it again on the same axes to overlay several
+    predictives.
     """
     from .metrics import calibration_curve, ece
 
@@ -155,6 +205,8 @@ def plot_reliability(
     ax.legend(loc="upper left", fontsize=8)
     if counts_ax is not None:
         edges = torch.linspace(0, 1, n_bins + 1, device="cpu")
-        counts_ax.stairs(count.clamp(min=0.5).numpy(), edges.numpy(), color=color, baseline=0.5)
+        counts_ax.stairs(
+            count.clamp(min=0.5).numpy(), edges.numpy(), color=color, baseline=0.5
+        )
         counts_ax.set(xlim=(0, 1), yscale="log", ylabel="points", xlabel="confidence")
     return error

@@ -1,12 +1,14 @@
 """Predictions under the Laplace posterior.
 
-* The linearised (GLM) model around θ*: f_lin(x; θ) = f(x; θ*) + J(x)(θ − θ*). Under
-  θ ~ N(θ*, Σ) its outputs are Gaussian with mean f(x; θ*) and covariance J(x) Σ J(x)ᵀ
+* The linearised (GLM) model around θ*: f_lin(x; θ) = f(x; θ*) + J(x)(θ − θ*). Under θ ~
+  N(θ*, Σ) its outputs are Gaussian with mean f(x; θ*) and covariance J(x) Σ J(x)ᵀ
   (``f_var``, *without* the observation noise: the predictive of y adds σ²).
-* Monte Carlo over the linearised model (it must converge to the closed form) and over the
-  network itself ("NN sampling"), which differs where the network is far from linear.
-* For classification: the probit approximation, Monte Carlo of softmax(f) (or σ(f) for one
-  logit), and the Laplace bridge (a Dirichlet matched to the Gaussian over the logits).
+* Monte Carlo over the linearised model (it must converge to the closed form) and over
+  the network itself ("NN sampling"), which differs where the network is far from
+  linear.
+* For classification: the probit approximation, Monte Carlo of softmax(f) (or σ(f) for
+  one logit), and the Laplace bridge (a Dirichlet matched to the Gaussian over the
+  logits).
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -29,14 +31,19 @@ def functional_variance(J: Tensor, Sigma: Tensor) -> Tensor:
     return torch.einsum("nkp,pq,nlq->nkl", J, Sigma, J)
 
 
-def glm_predictive(f: Functional, theta: Tensor, X: Tensor, Sigma: Tensor) -> tuple[Tensor, Tensor]:
-    """Closed-form linearised predictive: f_mu = f(X; θ*) (N, K), f_var = J Σ Jᵀ (N, K, K)."""
+def glm_predictive(
+    f: Functional, theta: Tensor, X: Tensor, Sigma: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Closed-form linearised predictive: f_mu = f(X; θ*) (N, K), f_var = J Σ Jᵀ (N, K,
+    K)."""
     with torch.no_grad():
         f_mu = f(theta, X)
     return f_mu, functional_variance(jacobian(f, theta, X), Sigma)
 
 
-def linearized_samples(f: Functional, theta: Tensor, X: Tensor, samples: Tensor) -> Tensor:
+def linearized_samples(
+    f: Functional, theta: Tensor, X: Tensor, samples: Tensor
+) -> Tensor:
     """f(X; θ*) + J (θₛ − θ*) for each sample θₛ. samples: (S, P) → (S, N, K)."""
     with torch.no_grad():
         f_mu = f(theta, X)
@@ -45,13 +52,15 @@ def linearized_samples(f: Functional, theta: Tensor, X: Tensor, samples: Tensor)
 
 
 def nn_samples(f: Functional, X: Tensor, samples: Tensor) -> Tensor:
-    """The network itself at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N, K)."""
+    """The network itself at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N,
+    K)."""
     with torch.no_grad():
         return vmap(f, in_dims=(0, None))(samples, X)
 
 
 def probit(f_mu: Tensor, f_var: Tensor) -> Tensor:
-    """softmax(f_μ / √(1 + π/8 · diag f_var)). f_mu: (N, K), f_var: (N, K, K) → probabilities (N, K)."""
+    """softmax(f_μ / √(1 + π/8 · diag f_var)). f_mu: (N, K), f_var: (N, K, K) →
+    probabilities (N, K)."""
     kappa = 1 / torch.sqrt(1 + math.pi / 8 * f_var.diagonal(dim1=-2, dim2=-1))
     return torch.softmax(kappa * f_mu, dim=-1)
 
@@ -61,9 +70,10 @@ def sum_zero(f_var: Tensor) -> Tensor:
 
     f_var: (N, K, K) → (N, K, K).
 
-    softmax(f) = softmax(f − mean(f)·1), so f ~ N(μ, V) and Cf ~ N(Cμ, CVC) give the same predictive
-    E[softmax]: the common-mode part of V, along 1/√K, is invisible to softmax. :func:`probit` shrinks each
-    logit by its own variance and cannot see that; applied to (Cμ, CVC) it only sees what softmax sees.
+    softmax(f) = softmax(f − mean(f)·1), so f ~ N(μ, V) and Cf ~ N(Cμ, CVC) give the
+    same predictive E[softmax]: the common-mode part of V, along 1/√K, is invisible to
+    softmax. :func:`probit` shrinks each logit by its own variance and cannot see that;
+    applied to (Cμ, CVC) it only sees what softmax sees.
     """
     K = f_var.shape[-1]
     C = torch.eye(K, dtype=f_var.dtype, device=f_var.device) - 1 / K
@@ -71,7 +81,10 @@ def sum_zero(f_var: Tensor) -> Tensor:
 
 
 def mc_softmax(
-    f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
+    f_mu: Tensor,
+    f_var: Tensor,
+    n_samples: int,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """E[softmax(f)] for f ~ N(f_mu, f_var) by Monte Carlo. → (N, K)."""
     eye = torch.eye(f_var.shape[-1], dtype=f_var.dtype, device=f_var.device)
@@ -88,31 +101,39 @@ def two_class(p1: Tensor) -> Tensor:
 
 
 def probit_binary(f_mu: Tensor, f_var: Tensor) -> Tensor:
-    """σ(f_μ / √(1 + π/8 · f_var)) for one logit. f_mu: (N, 1), f_var: (N, 1, 1) → (N, 2).
+    """σ(f_μ / √(1 + π/8 · f_var)) for one logit. f_mu: (N, 1), f_var: (N, 1, 1) → (N,
+    2).
 
-    The same number as :func:`probit` on the two logits [0, f]: the pinned logit has no variance.
+    The same number as :func:`probit` on the two logits [0, f]: the pinned logit has no
+    variance.
     """
     kappa = 1 / torch.sqrt(1 + math.pi / 8 * f_var.reshape(-1))
     return two_class(torch.sigmoid(kappa * f_mu.reshape(-1)))
 
 
 def mc_sigmoid(
-    f_mu: Tensor, f_var: Tensor, n_samples: int, generator: torch.Generator | None = None
+    f_mu: Tensor,
+    f_var: Tensor,
+    n_samples: int,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
-    """E[σ(f)] for f ~ N(f_mu, f_var), one logit, by Monte Carlo. f_mu: (N, 1), f_var: (N, 1, 1) → (N, 2)."""
+    """E[σ(f)] for f ~ N(f_mu, f_var), one logit, by Monte Carlo. f_mu: (N, 1), f_var:
+    (N, 1, 1) → (N, 2)."""
     eps = randn((n_samples, f_mu.shape[0]), f_mu, generator)
     f = f_mu.reshape(-1) + f_var.reshape(-1).clamp(min=0).sqrt() * eps
     return two_class(torch.sigmoid(f).mean(0))
 
 
 def laplace_bridge(f_mu: Tensor, f_var: Tensor, normalize: bool = False) -> Tensor:
-    """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022). f_mu: (N, K), f_var: (N, K, K) → (N, K).
+    """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022). f_mu: (N, K),
+    f_var: (N, K, K) → (N, K).
 
-    softmax(f) does not change when a constant is added to every logit, so the Gaussian over f is
-    first conditioned on Σₖ fₖ = 0; then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} / K²) / Σₖₖ and the
-    predictive is α / Σ α. Needs K ≥ 2 logits with variance (not for one logit pinned at 0).
-    ``normalize=True`` is laplace-torch's ``"bridge_norm"``: first rescale so that the mean of the
-    variances is √(K/2) (μ divided by √m, Σₖₖ by m, with m = mean(Σₖₖ)/√(K/2)).
+    softmax(f) does not change when a constant is added to every logit, so the Gaussian
+    over f is first conditioned on Σₖ fₖ = 0; then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} /
+    K²) / Σₖₖ and the predictive is α / Σ α. Needs K ≥ 2 logits with variance (not for
+    one logit pinned at 0). ``normalize=True`` is laplace-torch's ``"bridge_norm"``:
+    first rescale so that the mean of the variances is √(K/2) (μ divided by √m, Σₖₖ by
+    m, with m = mean(Σₖₖ)/√(K/2)).
     """
     K = f_mu.shape[-1]
     s = f_var.sum(-1)  # Σ 1, (N, K)

@@ -1,9 +1,10 @@
-"""Which curvature builder makes which posterior: the one place that maps a ``hessian_structure`` name to
-code, so that ``Laplace`` never branches on it.
+"""Which curvature builder makes which posterior: the one place that maps a
+``hessian_structure`` name to code, so that ``Laplace`` never branches on it.
 
-Every builder has ``update(X) -> f(X)`` per batch and ``finish() -> Posterior`` (``posterior.py``).
-``make_builder`` receives the module Laplace is over (the whole network, or its last layer with the
-features as inputs), its functional form f(θ, x) with θ* and the parameter tensor sizes.
+Every builder has ``update(X) -> f(X)`` per batch and ``finish() -> Posterior``
+(``posterior.py``). ``make_builder`` receives the module Laplace is over (the whole
+network, or its last layer with the features as inputs), its functional form f(θ, x)
+with θ* and the parameter tensor sizes.
 """
 
 from __future__ import annotations
@@ -23,22 +24,29 @@ from .matfree import MatfreeGGN
 
 
 def _diag(module, f, theta, lik, sizes, **_):
-    # the layer-wise route for Linear/Conv2d networks; per-example Jacobians for anything else
+    # the layer-wise route for Linear/Conv2d networks; per-example Jacobians for
+    # anything else
     if supported_layers(module) is not None:
         return DiagGGN(module, lik)
     return DiagJacobianGGN(f, theta, lik, sizes)
 
 
 BUILDERS: dict[str, Callable] = {
-    "full": lambda module, f, theta, lik, sizes, **o: FullGGN(f, theta, lik, sizes, **o),
+    "full": lambda module, f, theta, lik, sizes, **o: FullGGN(
+        f, theta, lik, sizes, **o
+    ),
     "diag": _diag,
     "kron": lambda module, f, theta, lik, sizes, **o: KFAC(module, lik),
-    "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(f, theta, lik, sizes, **o),
-    "matfree": lambda module, f, theta, lik, sizes, **o: MatfreeGGN(f, theta, lik, sizes, **o),
+    "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(
+        f, theta, lik, sizes, **o
+    ),
+    "matfree": lambda module, f, theta, lik, sizes, **o: MatfreeGGN(
+        f, theta, lik, sizes, **o
+    ),
 }
 STRUCTURES = tuple(BUILDERS)
-# the prior precisions each structure can express: "scalar", "layerwise" (one per parameter tensor),
-# "diag" (one per parameter)
+# the prior precisions each structure can express: "scalar", "layerwise" (one per
+# parameter tensor), "diag" (one per parameter)
 PRIORS = {
     "full": ("scalar", "layerwise", "diag"),
     "diag": ("scalar", "layerwise", "diag"),
@@ -49,11 +57,12 @@ PRIORS = {
 
 
 def check_combination(subset_of_weights: str, structure: str) -> None:
-    """A subnetwork has no layers, so only the structures built from f(θ, x) alone apply (laplace-torch's
-    ``SubnetLaplace`` is full too)."""
+    """A subnetwork has no layers, so only the structures built from f(θ, x) alone apply
+    (laplace-torch's ``SubnetLaplace`` is full too)."""
     if subset_of_weights == "subnetwork" and structure != "full":
         raise ValueError(
-            "subset_of_weights='subnetwork' supports hessian_structure='full' (as laplace-torch)"
+            "subset_of_weights='subnetwork' supports hessian_structure='full' (as "
+            "laplace-torch)"
         )
 
 
@@ -66,6 +75,6 @@ def make_builder(
     param_sizes: list[int],
     **options,
 ):
-    """The builder for ``structure``; ``module`` is None where only f(θ, x) exists (a subnetwork, which
-    :func:`check_combination` allows with ``"full"`` only)."""
+    """The builder for ``structure``; ``module`` is None where only f(θ, x) exists (a
+    subnetwork, which :func:`check_combination` allows with ``"full"`` only)."""
     return BUILDERS[structure](module, f, theta, likelihood, param_sizes, **options)

@@ -9,7 +9,8 @@ deep-learning objective is a *mean* loss plus weight decay ``wd``,
 
     L̄(θ) = mean loss + ½ wd ‖θ‖².
 
-They have the same minimiser when δ matches ``wd`` (:func:`weight_decay_to_prior_precision`):
+They have the same minimiser when δ matches ``wd``
+(:func:`weight_decay_to_prior_precision`):
 
 * classification, mean cross-entropy: L = N·L̄ exactly when δ = N·wd;
 * regression, ``nn.MSELoss()`` (mean over N·K entries) and noise σ: the summed
@@ -41,16 +42,25 @@ def map_objective(
     sigma_noise: float = 1.0,
     prior_precision: float = 1.0,
 ) -> Tensor:
-    """Σₙ −log p(yₙ | f(xₙ; θ)) + ½ δ ‖θ‖², a scalar (the negative log joint up to a constant)."""
+    """Σₙ −log p(yₙ | f(xₙ; θ)) + ½ δ ‖θ‖², a scalar (the negative log joint up to a
+    constant)."""
     lik = get_likelihood(likelihood, sigma_noise)
     return lik.nll(model(X), y) + 0.5 * prior_precision * squared_norm(model)
 
 
 def mean_objective(
-    model: nn.Module, X: Tensor, y: Tensor, likelihood: str = "regression", weight_decay: float = 0.0
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    likelihood: str = "regression",
+    weight_decay: float = 0.0,
 ) -> Tensor:
-    """The usual objective: mean MSE (regression) or mean cross-entropy, plus ½ wd ‖θ‖²."""
-    return get_likelihood(likelihood).mean_loss(model(X), y) + 0.5 * weight_decay * squared_norm(model)
+    """The usual objective: mean MSE (regression) or mean
+    cross-entropy, plus ½ wd ‖θ‖².
+    """
+    return get_likelihood(likelihood).mean_loss(
+        model(X), y
+    ) + 0.5 * weight_decay * squared_norm(model)
 
 
 def weight_decay_to_prior_precision(
@@ -60,13 +70,16 @@ def weight_decay_to_prior_precision(
     sigma_noise: float = 1.0,
     n_outputs: int = 1,
 ) -> float:
-    """The prior precision δ whose MAP equals that of a mean loss with weight decay ``wd``.
+    """The prior precision δ whose MAP equals that of a mean loss with weight decay
+    ``wd``.
 
     Classification (mean cross-entropy, softmax or binary): δ = N·wd.
     Regression with ``nn.MSELoss()``: δ = N·K·wd / (2σ²).
     """
     lik = get_likelihood(likelihood, sigma_noise)
-    return weight_decay * lik.prior_precision_per_weight_decay(n_data, n_outputs, sigma_noise)
+    return weight_decay * lik.prior_precision_per_weight_decay(
+        n_data, n_outputs, sigma_noise
+    )
 
 
 def prior_precision_to_weight_decay(
@@ -77,7 +90,9 @@ def prior_precision_to_weight_decay(
     n_outputs: int = 1,
 ) -> float:
     """Inverse of :func:`weight_decay_to_prior_precision`."""
-    unit = weight_decay_to_prior_precision(1.0, n_data, likelihood, sigma_noise, n_outputs)
+    unit = weight_decay_to_prior_precision(
+        1.0, n_data, likelihood, sigma_noise, n_outputs
+    )
     return prior_precision / unit
 
 
@@ -160,12 +175,15 @@ def fit_map(
     lbfgs_steps: int = 1500,
     lr: float = 1e-2,
 ) -> nn.Module:
-    """Train to the MAP the way the notebooks do: Adam to get close, then L-BFGS to converge tightly.
+    """Train to the MAP the way the notebooks do: Adam to get close, then L-BFGS to
+    converge tightly.
 
-    A converged mode is what Laplace expands around, and it makes printed numbers reproducible.
-    ``lbfgs_steps=0`` skips the polish. Returns ``model``.
+    A converged mode is what Laplace expands around, and it makes printed numbers
+    reproducible. ``lbfgs_steps=0`` skips the polish. Returns ``model``.
     """
-    train_map(model, X, y, likelihood, sigma_noise, prior_precision, n_steps=adam_steps, lr=lr)
+    train_map(
+        model, X, y, likelihood, sigma_noise, prior_precision, n_steps=adam_steps, lr=lr
+    )
     if lbfgs_steps:
         train_map(
             model,

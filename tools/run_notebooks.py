@@ -66,6 +66,11 @@ def main() -> None:
         ).execute()
         for cell in nb.cells:  # drop per-cell timestamps: they would change every run
             cell.metadata.pop("execution", None)
+            for out in cell.get("outputs", []):  # widgets need a live kernel: keep text/plain
+                out.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
+        # No saved widget state: the book would load require.js and the widget manager from CDNs
+        # for it (notebook 05's explorer is interactive only in Jupyter; the book shows figures).
+        nb.metadata.pop("widgets", None)
         nb.metadata["laplace_from_scratch"] = {"key": k}
         nbformat.write(nb, path)
         print(f"executed:  {path.name} ({time.perf_counter() - t0:.0f} s)")
