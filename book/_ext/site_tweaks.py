@@ -47,7 +47,7 @@ def drop_thebe(app, pagename, templatename, context, doctree) -> None:
 
     def is_thebe(js) -> bool:
         name = getattr(js, "filename", None) or str(js)
-        body = getattr(js, "attributes", {}).get("body", "") if hasattr(js, "attributes") else ""
+        body = getattr(js, "attributes", {}).get("body", "")
         return "thebe" in str(name) or "THEBE_JS_URL" in body
 
     context["script_files"] = [js for js in scripts if not is_thebe(js)]
