@@ -75,9 +75,12 @@ bench: $(STAMP)
 # The GPU comparison (benchmarks/scale.py --preset gpu): every structure and every laplace-torch backend on
 # MNIST-5k, P from 1e4 to 1e7; out-of-memory and errors are recorded as results. Writes
 # results/scale_<date>_cuda-<gpu>.{json,md,png}. The same command at CPU size is tests/test_scale_command.py.
+# Then full Laplace up to the card's limit (P = 135,160 at width 170: one float32 P×P buffer is 73 GB),
+# ours with two buffers and with one against laplace-torch: results/bench_full_memory_<date>_cuda.json.
 bench-gpu: $(STAMP)
 	$(PY) -c "import torch, sys; torch.cuda.is_available() or sys.exit('make bench-gpu needs a CUDA build of torch and a GPU: make bench-gpu TORCH=torch')"
 	$(PY) benchmarks/scale.py --preset gpu
+	$(PY) benchmarks/bench_full_memory.py --device cuda --widths 14 56 96 128 170
 
 clean:
 	rm -rf book/_build .pytest_cache .ruff_cache

@@ -167,12 +167,10 @@ class FullGGN:
         param_sizes: list[int],
         one_buffer: bool = False,
     ):
-        self.f, self.theta, self.likelihood, self.param_sizes = (
-            f,
-            theta,
-            likelihood,
-            param_sizes,
-        )
+        self.f = f
+        self.theta = theta
+        self.likelihood = likelihood
+        self.param_sizes = param_sizes
         P = theta.numel()
         dense.check_fits(
             P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters"
@@ -232,12 +230,10 @@ class DiagJacobianGGN:
         likelihood: Likelihood,
         param_sizes: list[int],
     ):
-        self.f, self.theta, self.likelihood, self.param_sizes = (
-            f,
-            theta,
-            likelihood,
-            param_sizes,
-        )
+        self.f = f
+        self.theta = theta
+        self.likelihood = likelihood
+        self.param_sizes = param_sizes
         self.d = torch.zeros_like(theta)
 
     def update(self, X: Tensor) -> Tensor:

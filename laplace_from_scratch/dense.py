@@ -1,7 +1,8 @@
 """Dense P×P algebra at the memory limit: a memory check, a blocked in-place Cholesky,
-diag(P⁻¹) by blocks.
+diag(Σ) by blocks.
 
-Full Laplace needs the P×P GGN H and a factor of P = c·H + diag(p₀).
+Full Laplace needs the P×P GGN H and a factor of the posterior precision
+Σ⁻¹ = c·H + diag(p₀) (P is always the number of parameters).
 ``torch.linalg.cholesky`` returns a new matrix, and even with ``out=`` it makes a full
 temporary copy, so "H, P and L" easily means three or more P×P buffers alive at once. On
 one GPU the buffer count, not the flops, decides how large a network full Laplace
@@ -20,7 +21,7 @@ reaches. Here:
   so the only memory beyond A itself is one panel, O(P·b). The flops are P³/3, as for
   any Cholesky; blocks make them matrix products (fast), in place makes the memory one
   buffer;
-* :func:`inverse_diagonal` gives diag(P⁻¹) = the squared column norms of L⁻¹ from
+* :func:`inverse_diagonal` gives diag(Σ) = the squared column norms of L⁻¹ from
   triangular solves against b columns of the identity at a time, O(P·b) memory again.
 
 Shapes: P rows and columns, b the block size.
@@ -100,6 +101,18 @@ def fits(n_bytes: int, device: torch.device) -> bool:
     return avail is None or n_bytes <= avail
 
 
+def check_bytes(n_bytes: int, device: torch.device, what: str, instead: str) -> None:
+    """Raise ``MemoryError`` with ``what`` (the allocation, e.g. "Lanczos needs a
+    P×m basis"), ``n_bytes``, the bytes available on ``device`` and what to use
+    ``instead``, if ``n_bytes`` do not fit."""
+    avail = available_bytes(device)
+    if avail is not None and n_bytes > avail:
+        raise MemoryError(
+            f"{what}: {n_bytes / 2**30:.2f} GiB, but {avail / 2**30:.2f} GiB are "
+            f"available on {device}. {instead}"
+        )
+
+
 def check_fits(
     n: int,
     dtype: torch.dtype,
@@ -110,15 +123,13 @@ def check_fits(
     """Raise ``MemoryError`` naming n, the bytes needed and available, and the
     structures that would fit, if ``n_buffers`` n×n matrices of ``dtype`` cannot be
     allocated on ``device``."""
-    need, avail = dense_bytes(n, dtype, n_buffers), available_bytes(device)
-    if avail is not None and need > avail:
-        raise MemoryError(
-            f"{what or 'full Laplace'} needs {n_buffers:g} dense {n}×{n} "
-            f"{str(dtype).removeprefix('torch.')} "
-            f"matrix(es): {need / 2**30:.2f} GiB, but {avail / 2**30:.2f} GiB are "
-            f"available on {device}. "
-            f"Use {SMALLER}."
-        )
+    check_bytes(
+        dense_bytes(n, dtype, n_buffers),
+        device,
+        f"{what or 'full Laplace'} needs {n_buffers:g} dense {n}×{n} "
+        f"{str(dtype).removeprefix('torch.')} matrix(es)",
+        f"Use {SMALLER}.",
+    )
 
 
 def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:

@@ -11,11 +11,14 @@ Shapes: N examples, K outputs, P parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn.modules import module as module_globals
 
 Functional = Callable[[Tensor, Tensor], Tensor]
 
@@ -48,17 +51,48 @@ def unflatten_params(theta: Tensor, model: nn.Module) -> dict[str, Tensor]:
     return params
 
 
+@contextmanager
+def backward_hooks_off(model: nn.Module) -> Iterator[None]:
+    """Switch off module backward hooks while we differentiate ``model``.
+
+    A full backward hook wraps a module's inputs and outputs in an
+    ``autograd.Function`` that ``torch.func`` cannot transform, so ``jacrev`` and
+    ``vmap`` fail deep inside torch. BackPACK, ASDL and user code register such hooks.
+    They only watch or rewrite gradients, never the forward value, and our Jacobians
+    must be those of the function itself, so we set them aside (on every submodule
+    and the global ones) and put them back on exit, also after an error. Forward hooks
+    still run.
+    """
+    saved = [(m, m._backward_hooks, m._backward_pre_hooks) for m in model.modules()]
+    names = ("_global_backward_hooks", "_global_backward_pre_hooks")
+    globals_saved = {n: getattr(module_globals, n) for n in names}
+    try:
+        for m, _, _ in saved:
+            m._backward_hooks, m._backward_pre_hooks = OrderedDict(), OrderedDict()
+        for n in names:
+            setattr(module_globals, n, OrderedDict())
+        yield
+    finally:
+        for m, hooks, pre_hooks in saved:
+            m._backward_hooks, m._backward_pre_hooks = hooks, pre_hooks
+        for n, hooks in globals_saved.items():
+            setattr(module_globals, n, hooks)
+
+
 def make_functional(model: nn.Module) -> tuple[Functional, Tensor]:
     """Return ``(f, theta)`` with ``f(theta, X) == model(X)``.
 
     ``theta`` (P,) is a detached copy of the current parameters; ``f`` maps
     θ (P,) and inputs X (N, ...) to outputs (N, K). Buffers (e.g. batch-norm
-    statistics) are taken from ``model`` as they are.
+    statistics) are taken from ``model`` as they are. Backward hooks are off during
+    the call (``backward_hooks_off``).
     """
     buffers = dict(model.named_buffers())
 
     def f(theta: Tensor, X: Tensor) -> Tensor:
-        return functional_call(model, (unflatten_params(theta, model), buffers), (X,))
+        params = unflatten_params(theta, model)
+        with backward_hooks_off(model):
+            return functional_call(model, (params, buffers), (X,))
 
     return f, flatten_params(model)
 

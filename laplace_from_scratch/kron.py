@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .dense import check_bytes
 from .devices import randn
 from .layers import backprop_output_hessian_sqrt, conv_padding, supported_layers, unfold
 from .likelihoods import Likelihood
@@ -94,7 +95,15 @@ class KFAC:
             if isinstance(m, nn.Conv2d):
                 conv_padding(m)  # unsupported convolutions fail here, before any data
         # weight (out, in) or (out, in, kh, kw): B is out × out, A is in × in or
-        # in·kh·kw × in·kh·kw
+        # in·kh·kw × in·kh·kw; a very wide layer can make A alone too large
+        sides = [n for m in layers for n in (m.weight.shape[0], m.weight[0].numel())]
+        w = layers[0].weight
+        check_bytes(
+            sum(n * n for n in sides) * torch.finfo(w.dtype).bits // 8,
+            w.device,
+            f"Kronecker factors of sizes {sides} (squared)",
+            "Use hessian_structure='diag' or a narrower first layer.",
+        )
         self.B = {
             m: m.weight.new_zeros(m.weight.shape[0], m.weight.shape[0])
             for m in self.layers
@@ -259,11 +268,12 @@ class KronPosterior:
         return torch.cat(parts, dim=1)
 
     def precision(self, prior: Tensor, factor: Tensor) -> KronMatrix:
-        """P in Kronecker form (``to_matrix()`` for the dense P×P on small problems)."""
+        """Σ⁻¹ in Kronecker form (``to_matrix()`` for the dense P×P on small
+        problems)."""
         return KronMatrix(self, self.precision_eigvals(prior, factor))
 
     def covariance(self, prior: Tensor, factor: Tensor) -> KronMatrix:
-        """Σ = P⁻¹ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
+        """Σ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
         return KronMatrix(
             self, [1 / ev for ev in self.precision_eigvals(prior, factor)]
         )

@@ -35,73 +35,34 @@ Shapes: N inputs, K outputs, P parameters, S samples.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from .checks import (
+    check_batch,
+    check_choice,
+    check_count,
+    check_eval_mode,
+    check_positive,
+)
 from .curvature import jacobian_chunk
 from .devices import as_like, check_device
-from .functional import Functional, last_layer_functional, make_functional
 from .jacobians import jacobian
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import prior_precision_diag
 from .predictive import linearized_samples, nn_samples
 from .structures import PRIORS, STRUCTURES, check_combination, make_builder
+from .weights import select_weights
 
 LIKELIHOODS = ("regression", "classification", "binary_classification")
 SUBSETS = ("all", "last_layer", "subnetwork")
 
 
-@dataclass
-class Weights:
-    """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the
-    parameter tensor sizes, and what the curvature builders see: ``module`` on inputs
-    ``features(x)`` (None where only f exists), with functional form ``f_in``."""
-
-    f: Functional
-    theta: Tensor
-    sizes: list[int]
-    module: nn.Module | None
-    features: nn.Module | None
-    f_in: Functional
-
-
-def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Weights:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if not any(p.requires_grad for p in model.parameters()):
-        raise ValueError(
-            "the model has no trainable parameters (all have requires_grad=False)"
-        )
-    if subset == "last_layer":
-        f, theta, sizes = last_layer_functional(model)
-        g = make_functional(model[-1])[0]
-        return Weights(f, theta, sizes, model[-1], model[:-1], g)
-    f_all, theta_all = make_functional(model)
-    if subset == "all":
-        return Weights(
-            f_all,
-            theta_all,
-            [p.numel() for p in model.parameters() if p.requires_grad],
-            model,
-            None,
-            f_all,
-        )
-    idx = _check_indices(indices, theta_all.numel())
-
-    def f_sub(theta_s: Tensor, X: Tensor) -> Tensor:  # the other weights stay at θ*
-        return f_all(theta_all.index_put((idx,), theta_s), X)
-
-    return Weights(f_sub, theta_all[idx], [idx.numel()], None, None, f_sub)
-
-
 class Laplace:
-    """Laplace approximation N(θ*, P⁻¹) with P = c·H + diag(p₀), c = 1/(σ²T), over the
-    chosen weights."""
+    """Laplace approximation N(θ*, Σ) with posterior precision Σ⁻¹ = c·H + diag(p₀),
+    c = 1/(σ²T), over the chosen weights (P of them)."""
 
     def __init__(
         self,
@@ -116,9 +77,9 @@ class Laplace:
         subnetwork_indices: Tensor | None = None,
         **structure_options,
     ):
-        _check_choice("likelihood", likelihood, LIKELIHOODS)
-        _check_choice("subset_of_weights", subset_of_weights, SUBSETS)
-        _check_choice("hessian_structure", hessian_structure, STRUCTURES)
+        check_choice("likelihood", likelihood, LIKELIHOODS)
+        check_choice("subset_of_weights", subset_of_weights, SUBSETS)
+        check_choice("hessian_structure", hessian_structure, STRUCTURES)
         check_combination(subset_of_weights, hessian_structure)
         if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
             raise ValueError(
@@ -126,22 +87,16 @@ class Laplace:
                 "with it"
             )
         self.model, self.likelihood = model, likelihood
-        self.subset_of_weights, self.hessian_structure = (
-            subset_of_weights,
-            hessian_structure,
-        )
-        self.subnetwork_indices, self.structure_options = (
-            subnetwork_indices,
-            structure_options,
-        )
+        self.subset_of_weights = subset_of_weights
+        self.hessian_structure = hessian_structure
+        self.subnetwork_indices = subnetwork_indices
+        self.structure_options = structure_options
         # Λ at σ = 1: σ enters through c = 1/(σ²T)
         self._lik = get_likelihood(likelihood, 1.0)
         self.weights = select_weights(model, subset_of_weights, subnetwork_indices)
         self.mean, self.param_sizes = self.weights.theta, self.weights.sizes
-        self.n_params, self.n_param_tensors = (
-            sum(self.param_sizes),
-            len(self.param_sizes),
-        )
+        self.n_params = sum(self.param_sizes)
+        self.n_param_tensors = len(self.param_sizes)
         self.temperature = temperature
         self.sigma_noise = sigma_noise
         self.prior_precision = prior_precision
@@ -240,12 +195,12 @@ class Laplace:
     @property
     def evidence_route(self) -> str:
         """``"auto"``, ``"eigen"`` or ``"cholesky"``: how a full posterior computes log
-        det P."""
+        det Σ⁻¹."""
         return self._evidence_route
 
     @evidence_route.setter
     def evidence_route(self, value: str) -> None:
-        _check_choice("evidence_route", value, ("auto", "eigen", "cholesky"))
+        check_choice("evidence_route", value, ("auto", "eigen", "cholesky"))
         self._evidence_route = value
         if self.structure is not None:
             self.structure.route = value
@@ -348,13 +303,13 @@ class Laplace:
 
     @property
     def posterior_precision(self):
-        """P = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with
+        """Σ⁻¹ = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with
         ``to_matrix()`` otherwise."""
         return self._post().precision(self.prior_precision, self._factor)
 
     @property
     def posterior_covariance(self):
-        """Σ = P⁻¹: (P, P) for full and diag (dense: small P), an object with
+        """Σ: (P, P) for full and diag (dense: small P), an object with
         ``to_matrix()`` otherwise."""
         return self._post().covariance(self.prior_precision, self._factor)
 
@@ -366,8 +321,8 @@ class Laplace:
     def sample(
         self, n_samples: int = 100, generator: torch.Generator | None = None
     ) -> Tensor:
-        """θ ~ N(θ*, P⁻¹), (S, P)."""
-        _check_count("n_samples", n_samples)
+        """θ ~ N(θ*, Σ), (S, P)."""
+        check_count("n_samples", n_samples)
         return self.mean + self._post().sample(
             n_samples, self.prior_precision, self._factor, generator
         )
@@ -409,7 +364,7 @@ class Laplace:
         prior_precision: float | Tensor | None = None,
         sigma_noise: float | Tensor | None = None,
     ) -> Tensor:
-        """log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)),
+        """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀)),
         differentiable in δ and σ.
 
         Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch
@@ -457,14 +412,14 @@ class Laplace:
         negative log predictive density on ``val_loader``. Every argument is checked
         before anything changes, and a failure restores δ.
         """
-        _check_choice("method", method, ("marglik", "gridsearch"))
-        _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
+        check_choice("method", method, ("marglik", "gridsearch"))
+        check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
         self._post()
         if method == "marglik":
             if val_loader is not None:
                 raise ValueError("val_loader is only used by method='gridsearch'")
-            _check_count("n_steps", n_steps)
-            _check_positive("lr", lr)
+            check_count("n_steps", n_steps)
+            check_positive("lr", lr)
             old = self._prior_precision
             try:
                 self.prior_precision = init_prior_prec
@@ -477,7 +432,7 @@ class Laplace:
             return
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
-        _check_count("grid_size", grid_size)
+        check_count("grid_size", grid_size)
         grid = torch.logspace(
             log_prior_prec_min,
             log_prior_prec_max,
@@ -509,9 +464,9 @@ class Laplace:
         Starts from the current values; returns the evidence before each step
         (laplace-torch's scheme: the values after the last step are kept).
         """
-        _check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
-        _check_count("n_steps", n_steps)
-        _check_positive("lr", lr)
+        check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
+        check_count("n_steps", n_steps)
+        check_positive("lr", lr)
         self._post()
         init = {"prior_precision": self.prior_precision.clone()}
         if prior_structure == "layerwise" and init["prior_precision"].numel() == 1:
@@ -596,11 +551,11 @@ class Laplace:
         the GLM (``diagonal_output``: MC over a diagonal f_var), or by averaging softmax
         (sigmoid) over sampled networks (``pred_type="nn"``).
         """
-        _check_choice("pred_type", pred_type, ("glm", "nn"))
-        _check_choice(
+        check_choice("pred_type", pred_type, ("glm", "nn"))
+        check_choice(
             "link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm")
         )
-        _check_count("n_samples", n_samples)
+        check_count("n_samples", n_samples)
         if not isinstance(x, Tensor) or x.ndim < 2:
             got = getattr(x, "shape", type(x))
             raise ValueError(
@@ -627,94 +582,3 @@ class Laplace:
         return linearized_samples(
             self.weights.f, self.mean, x, self.sample(n_samples, generator)
         )
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
-def _check_count(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_positive(name: str, value) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (math.isfinite(value) and value > 0)
-    ):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-
-
-def _check_indices(indices: Tensor | None, n_params: int) -> Tensor:
-    if (
-        not isinstance(indices, Tensor)
-        or indices.dtype != torch.long
-        or indices.ndim != 1
-        or indices.numel() == 0
-    ):
-        raise ValueError(
-            "subnetwork_indices must be a non-empty 1-D LongTensor of flat parameter "
-            "indices"
-        )
-    if indices.min() < 0 or indices.max() >= n_params:
-        raise ValueError(
-            f"subnetwork_indices must lie in [0, {n_params}), got [{indices.min()}, "
-            f"{indices.max()}]"
-        )
-    if indices.unique().numel() != indices.numel():
-        raise ValueError("subnetwork_indices must not repeat an index")
-    return indices
-
-
-MODE_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
-
-
-def check_eval_mode(model: nn.Module) -> None:
-    """Dropout and batch norm behave differently in training mode, and batch norm would
-    update its running statistics: refuse before touching anything (the user's model is
-    never modified)."""
-    busy = [
-        type(m).__name__
-        for m in model.modules()
-        if m.training and isinstance(m, MODE_DEPENDENT)
-    ]
-    if busy:
-        raise ValueError(
-            f"the model is in training mode and has {', '.join(sorted(set(busy)))}: "
-            "call model.eval() first"
-        )
-
-
-def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
-    """An (X, y) batch of tensors on ``like``'s device, a floating X in its dtype, with
-    a batch dimension."""
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        got = f"a {type(batch).__name__}" + (
-            f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else ""
-        )
-        raise TypeError(f"each batch must be an (X, y) pair of tensors, got {got}")
-    X, y = batch
-    if not isinstance(X, Tensor) or not isinstance(y, Tensor):
-        raise TypeError(
-            f"each batch must be an (X, y) pair of tensors, got ({type(X).__name__}, "
-            f"{type(y).__name__})"
-        )
-    check_device(X, like, "the inputs X")
-    check_device(y, like, "the targets y")
-    if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) "
-            "dimension; "
-            "DataLoader(batch_size=None) yields single examples without one"
-        )
-    if X.is_floating_point() and X.dtype != like.dtype:
-        raise ValueError(
-            f"X has dtype {X.dtype} but the model's parameters are {like.dtype}: "
-            "convert one of them"
-        )
-    if y.is_floating_point() and not torch.isfinite(y).all():
-        raise ValueError("the targets y contain NaN or inf")
-    return X, y

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .curvature import symmetric_sqrt
+from .functional import backward_hooks_off
 from .likelihoods import Likelihood
 
 LAYERS = (nn.Linear, nn.Conv2d)
@@ -97,8 +98,8 @@ def backprop_output_hessian_sqrt(
         inputs[m], outputs[m] = args[0].detach(), out
 
     handles = [m.register_forward_hook(hook) for m in layers]
-    try:
-        with torch.enable_grad():
+    try:  # backward hooks are attached in the forward pass: none on our graph
+        with torch.enable_grad(), backward_hooks_off(model):
             f = model(X)
     finally:
         for h in handles:

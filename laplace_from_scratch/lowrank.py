@@ -5,14 +5,14 @@ The GGN of N examples has rank at most N·K, and its spectrum usually decays fas
 large eigenvalues carry most of it (notebook 05). Keeping the k largest, found by
 Lanczos on GGN-vector products (``matfree.py``) without ever forming H, gives
 
-    P = c·V diag(λ) Vᵀ + D,        c = 1/(σ²T),   D = diag(p₀).
+    Σ⁻¹ = c·V diag(λ) Vᵀ + D,        c = 1/(σ²T),   D = diag(p₀).
 
-Write P = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k
+Write Σ⁻¹ = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k
 eigendecomposition Wᵀ W = E diag(s) Eᵀ, the columns of G = W E s^-½ are orthonormal and
 W Wᵀ = G diag(s) Gᵀ, so
 
-    log det P = Σ log dᵢ + log det(I_k + Wᵀ W),
-    Σ = P⁻¹   = D^-½ (I + G diag(1/(1 + s) − 1) Gᵀ) D^-½,
+    log det Σ⁻¹ = Σ log dᵢ + log det(I_k + Wᵀ W),
+    Σ           = D^-½ (I + G diag(1/(1 + s) − 1) Gᵀ) D^-½,
     θ ~ N(0, Σ):  D^-½ (ε + G diag((1 + s)^-½ − 1) Gᵀ ε):
 
 every operation costs O(P·k²) or less, for any diagonal prior (scalar, per tensor or per
@@ -37,7 +37,7 @@ from torch import Tensor
 from .devices import randn
 from .functional import Functional
 from .likelihoods import Likelihood
-from .matfree import GGNOperator, MatfreeGGN, lanczos
+from .matfree import GGNOperator, MatfreeGGN, check_basis_fits, lanczos
 from .posterior import prior_precision_diag
 
 
@@ -81,6 +81,7 @@ class LowRankGGN(MatfreeGGN):
         super().__init__(f, theta, likelihood, param_sizes)
         self.rank = min(rank, theta.numel())
         self.n_iter = n_iter or min(theta.numel(), 2 * self.rank + 20)
+        check_basis_fits(theta.numel(), self.n_iter, theta)  # before any data
 
     def finish(self) -> LowRankPosterior:
         G = GGNOperator(self.f, self.theta, self.likelihood, self.batches)
@@ -127,8 +128,8 @@ class LowRankPosterior:
         return self.V, self.eigvals
 
     def _whitened(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(d (P,), G (P, k) orthonormal, s (k,)) with P = D^½ (I
-        + G diag(s) Gᵀ) D^½.
+        """(d (P,), G (P, k) orthonormal, s (k,)) with Σ⁻¹ = D^½
+        (I + G diag(s) Gᵀ) D^½.
         """
         d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
         W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()

@@ -2,13 +2,16 @@
 
 Integrating the Gaussian approximation of the log joint over θ gives the evidence
 
-    log p(D) ≈ log p(D | θ*) + log p(θ*) + (P/2) log 2π − ½ log det P
-             = log p(D | θ*) − ½ (log det P − log det P₀ + (θ* − μ₀)ᵀ P₀ (θ* − μ₀)),
+    log p(D) ≈ log p(D | θ*) + log p(θ*) + (P/2) log 2π − ½ log det Σ⁻¹
+             = log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹
+                                  + (θ* − μ₀)ᵀ Σ₀⁻¹ (θ* − μ₀)),
 
 the second form (laplace-torch's) after writing out the Gaussian prior: its (2π)^P/2
-cancels. It is a differentiable function of the prior precision δ (through P₀ and P) and
-of the noise σ (through the likelihood term and P = H/(σ²T) + P₀), so we maximise it by
-gradient ascent on log δ and log σ, which keeps both positive.
+cancels (P is the number of parameters, Σ₀⁻¹ = diag(p₀) the prior precision and
+Σ⁻¹ = H/(σ²T) + Σ₀⁻¹ the posterior precision). It is a differentiable function of the
+prior precision δ (through Σ₀⁻¹ and Σ⁻¹) and of the noise σ (through the likelihood term
+and Σ⁻¹), so we maximise it by gradient ascent on log δ and log σ, which keeps both
+positive.
 
 Shapes: P parameters.
 """
@@ -27,7 +30,8 @@ def laplace_evidence(
     log_det_prior: Tensor,
     scatter: Tensor,
 ) -> Tensor:
-    """log p(D | θ*) − ½ (log det P − log det P₀ + (θ*−μ₀)ᵀ P₀ (θ*−μ₀)), a scalar."""
+    """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀)), a
+    scalar."""
     return log_likelihood - 0.5 * (log_det_posterior - log_det_prior + scatter)
 
 

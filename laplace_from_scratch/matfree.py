@@ -2,14 +2,15 @@
 
 A GGN-vector product is a forward-mode product J v (one JVP), the output Hessian Λ J v
 (K×K per example), and a reverse-mode product Jᵀ(Λ J v) (one VJP): about the cost of two
-passes over the data, and memory O(P) instead of O(P²). With products P v = c·G v + p₀ ⊙
-v of the posterior precision (c = 1/(σ²T)) we get
+passes over the data, and memory O(P) instead of O(P²). With products
+Σ⁻¹ v = c·G v + p₀ ⊙ v of the posterior precision (c = 1/(σ²T)) we get
 
-* P⁻¹ b by conjugate gradients (CG), for J Σ Jᵀ at a few test inputs;
-* log det P by stochastic Lanczos quadrature (SLQ): log det P = tr log P = E[zᵀ log(P)
-  z] for Rademacher z, and zᵀ log(P) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from the eigenpairs (θⱼ, τⱼ
-  = first components) of the m×m Lanczos tridiagonal matrix started at z;
-* samples θ* + P^{-½} ε with P^{-½} ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos
+* Σ b by conjugate gradients (CG), for J Σ Jᵀ at a few test inputs;
+* log det Σ⁻¹ by stochastic Lanczos quadrature (SLQ): log det Σ⁻¹ = tr log Σ⁻¹
+  = E[zᵀ log(Σ⁻¹) z] for Rademacher z, and zᵀ log(Σ⁻¹) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from
+  the eigenpairs (θⱼ, τⱼ = first components) of the m×m Lanczos tridiagonal matrix
+  started at z;
+* samples θ* + Σ^½ ε with Σ^½ ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos
   process.
 
 Shapes: N examples, K outputs, P parameters.
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.func import jvp, vjp, vmap
 
+from .dense import check_bytes
 from .devices import rademacher, randn
 from .functional import Functional
 from .likelihoods import Likelihood
@@ -131,6 +133,20 @@ def conjugate_gradient(
     return x, max_iter
 
 
+def check_basis_fits(n_params: int, m: int, like: Tensor) -> None:
+    """Raise ``MemoryError`` before a Lanczos basis of m vectors of length P (dtype
+    and device of ``like``) is allocated, if it cannot fit."""
+    dtype = like.dtype
+    check_bytes(
+        n_params * m * torch.finfo(dtype).bits // 8,
+        like.device,
+        f"Lanczos with {m} steps needs a {n_params}×{m} "
+        f"{str(dtype).removeprefix('torch.')} basis",
+        "Use fewer steps (rank, lanczos_steps or sample_steps) or "
+        "hessian_structure='diag' or 'kron'.",
+    )
+
+
 def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
     """m steps of Lanczos with full re-orthogonalisation from v0.
 
@@ -145,6 +161,7 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
             f"the number of Lanczos steps must be a positive integer, got {m!r}"
         )
     m = min(m, P)
+    check_basis_fits(P, m, v0)
     Q = torch.zeros(P, m, dtype=v0.dtype, device=v0.device)
     alphas, betas = [], []
     q = v0 / v0.norm()
@@ -220,8 +237,8 @@ def sample_matrix_free(
     m: int = 50,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """θ = θ* + P^{-½} ε with ε ~ N(0, I), by Lanczos; (S, P). Covariance → P⁻¹ as m
-    grows."""
+    """θ = θ* + Σ^½ ε with ε ~ N(0, I), by Lanczos (``matvec``: products with Σ⁻¹);
+    (S, P). Covariance → Σ as m grows."""
     eps = randn((n_samples, mean.numel()), mean, generator)
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
@@ -229,8 +246,8 @@ def sample_matrix_free(
 def functional_variance_cg(
     matvec: MatVec, J: Tensor, tol: float = 1e-10, max_iter: int | None = None
 ) -> Tensor:
-    """J P⁻¹ Jᵀ per input by CG, all N·K rows of J solved together (``matvec`` takes (P,
-    N·K)). J: (N, K, P) → (N, K, K)."""
+    """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
+    with Σ⁻¹, taking (P, N·K)). J: (N, K, P) → (N, K, K)."""
     N, K, P = J.shape
     solves = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)[
         0
@@ -277,8 +294,8 @@ def slq_log_det_and_inverse_diagonal(
 
 
 class _StochasticLogDet(torch.autograd.Function):
-    """log det P with the gradients of the Hutchinson estimate: ∂/∂p₀ = diag(P⁻¹), ∂/∂c
-    = tr(P⁻¹H)."""
+    """log det Σ⁻¹ with the gradients of the Hutchinson estimate: ∂/∂p₀ = diag(Σ),
+    ∂/∂c = tr(Σ H)."""
 
     @staticmethod
     def forward(ctx, prior_diag, factor, value, grad_prior, grad_factor):
@@ -302,12 +319,10 @@ class GGNOperator:
         likelihood: Likelihood,
         batches: list[Tensor],
     ):
-        self.f, self.theta, self.likelihood, self.batches = (
-            f,
-            theta,
-            likelihood,
-            batches,
-        )
+        self.f = f
+        self.theta = theta
+        self.likelihood = likelihood
+        self.batches = batches
         self.shape = (theta.numel(), theta.numel())
 
     def __matmul__(self, v: Tensor) -> Tensor:
@@ -340,12 +355,10 @@ class MatfreeGGN:
         param_sizes: list[int],
         **options,
     ):
-        self.f, self.theta, self.likelihood, self.param_sizes = (
-            f,
-            theta,
-            likelihood,
-            param_sizes,
-        )
+        self.f = f
+        self.theta = theta
+        self.likelihood = likelihood
+        self.param_sizes = param_sizes
         self.options, self.batches = options, []
 
     def update(self, X: Tensor) -> Tensor:
@@ -364,13 +377,13 @@ class MatfreePosterior:
 
     * ``log_det``: SLQ with ``n_probes`` Rademacher probes and ``lanczos_steps`` steps,
       its standard error in ``log_det_se``; differentiable in δ and σ through a
-      Hutchinson estimate of diag(P⁻¹) from the same probes (∂ log det P/∂p₀ = diag P⁻¹,
-      ∂/∂c = tr(P⁻¹H) = (P − Σ p₀ᵢ (P⁻¹)ᵢᵢ)/c), so the evidence can be tuned by Adam
+      Hutchinson estimate of diag(Σ) from the same probes (∂ log det Σ⁻¹/∂p₀ = diag Σ,
+      ∂/∂c = tr(Σ H) = (P − Σᵢ p₀ᵢ Σᵢᵢ)/c), so the evidence can be tuned by Adam
       like any other structure (with stochastic gradients);
-    * ``variance``: that Hutchinson estimate of diag(P⁻¹) (unbiased, not exact);
+    * ``variance``: that Hutchinson estimate of diag(Σ) (unbiased, not exact);
     * ``functional_variance``: conjugate gradients, all N·K right-hand sides together
       (tolerance ``cg_tol``);
-    * ``sample``: Lanczos P^-½ ε with ``sample_steps`` steps.
+    * ``sample``: Lanczos Σ^½ ε with ``sample_steps`` steps.
 
     The probes are drawn from a generator seeded with ``seed`` at every call: the same
     (δ, σ) give the same estimate. Memory is O(P·lanczos_steps); nothing P×P is formed.
@@ -392,11 +405,9 @@ class MatfreePosterior:
                 f"n_probes must be at least 2 (for a standard error), got {n_probes}"
             )
         self.H, self.param_sizes, self.n_params = G, list(param_sizes), G.shape[0]
-        self.n_probes, self.lanczos_steps, self.sample_steps = (
-            n_probes,
-            lanczos_steps,
-            sample_steps,
-        )
+        self.n_probes = n_probes
+        self.lanczos_steps = lanczos_steps
+        self.sample_steps = sample_steps
         self.cg_tol, self.cg_max_iter, self.seed = cg_tol, cg_max_iter, seed
         self.route, self.tuning = "auto", False
         self.log_det_se: Tensor | None = None

@@ -1,9 +1,9 @@
-"""The Gaussian (Laplace) posterior N(θ*, P⁻¹) over the flat parameter vector.
+"""The Gaussian (Laplace) posterior N(θ*, Σ) over the flat parameter vector.
 
 Convention (laplace-torch 0.3): with the GGN H of the summed loss computed with Λ = I
 for regression (see ``curvature.py``), the posterior precision is
 
-    P = H / (σ² T) + diag(p₀),
+    Σ⁻¹ = H / (σ² T) + diag(p₀),
 
 σ the noise standard deviation (1 for classification), T the temperature and p₀ the
 prior precision: a scalar, one value per parameter tensor ("layerwise") or one per
@@ -11,19 +11,20 @@ parameter.
 
 Two factorisations, each never forming an explicit inverse:
 
-* Cholesky, P = L Lᵀ: log det P = 2 Σ log Lᵢᵢ; a sample is θ* + L⁻ᵀ ε (a triangular
-  solve), whose covariance is L⁻ᵀ L⁻¹ = P⁻¹.
-* Eigendecomposition of H = Q diag(λ) Qᵀ, for a *scalar* p₀ = δ: P = Q diag(λ/(σ²T) + δ)
-  Qᵀ, so after one O(P³) decomposition every change of δ, σ or T costs O(P).
+* Cholesky, Σ⁻¹ = L Lᵀ: log det Σ⁻¹ = 2 Σᵢ log Lᵢᵢ; a sample is θ* + L⁻ᵀ ε (a triangular
+  solve), whose covariance is L⁻ᵀ L⁻¹ = Σ.
+* Eigendecomposition of H = Q diag(λ) Qᵀ, for a *scalar* p₀ = δ: Σ⁻¹ = Q diag(λ/(σ²T) +
+  δ) Qᵀ, so after one O(P³) decomposition every change of δ, σ or T costs O(P).
 
 Every posterior structure of the module (full here, diagonal here, KFAC in ``kron.py``,
 low-rank in ``lowrank.py``, matrix-free in ``matfree.py``) implements one small
 protocol, :class:`Posterior`: it holds the fitted curvature H and, given the prior
-precision p₀ and the factor c = 1/(σ²T), gives the log-determinant of P, the marginal
-variances, J Σ Jᵀ, samples, and P itself (dense for full, in the structure's own form
+precision p₀ and the factor c = 1/(σ²T), gives the log-determinant of Σ⁻¹, the marginal
+variances, J Σ Jᵀ, samples, and Σ⁻¹ itself (dense for full, in the structure's own form
 otherwise). ``Laplace`` composes them without knowing which one it holds.
 
-Shapes: P parameters, S samples, N inputs, K outputs.
+Shapes: P parameters (P is never the precision: that is Σ⁻¹), S samples, N inputs,
+K outputs.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def posterior_precision(
     prior_prec_diag: Tensor,
     temperature: float = 1.0,
 ) -> Tensor:
-    """P = H / (σ² T) + diag(p₀). H: (P, P), p₀: (P,) → (P, P)."""
+    """Σ⁻¹ = H / (σ² T) + diag(p₀). H: (P, P), p₀: (P,) → (P, P)."""
     return H / (sigma_noise**2 * temperature) + torch.diag_embed(
         prior_prec_diag.to(H.dtype)
     )
@@ -137,7 +138,7 @@ def covariance_from_cholesky(L: Tensor) -> Tensor:
 def sample_from_cholesky(
     mean: Tensor, L: Tensor, n_samples: int, generator: torch.Generator | None = None
 ) -> Tensor:
-    """θ = μ + L⁻ᵀ ε with ε ~ N(0, I) and P = L Lᵀ: samples with covariance P⁻¹. → (S,
+    """θ = μ + L⁻ᵀ ε with ε ~ N(0, I) and Σ⁻¹ = L Lᵀ: samples with covariance Σ. → (S,
     P)."""
     eps = randn((mean.numel(), n_samples), mean, generator)
     return mean + torch.linalg.solve_triangular(L.mT, eps, upper=True).T
@@ -149,10 +150,10 @@ class EigenPosterior:
     diag(λ) Vᵀ.
 
     ``eigvecs`` V (P, r) holds the r eigenvectors with non-zero eigenvalues λ (r,); on
-    the orthogonal complement H is zero. With d = λ/(σ²T) + δ the eigenvalues of P
+    the orthogonal complement H is zero. With d = λ/(σ²T) + δ the eigenvalues of Σ⁻¹
     there:
 
-        log det P = Σᵢ log dᵢ + (P − r)·log δ
+        log det Σ⁻¹ = Σᵢ log dᵢ + (P − r)·log δ
         Σ = V diag(1/d − 1/δ) Vᵀ + I/δ
         θ = θ* + V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ
 
@@ -184,7 +185,7 @@ class EigenPosterior:
         Computed in float64 whatever the dtype of Jw (the M×M problem is small, and
         float32 would lose the small eigenvalues). Eigenvalues below ``rtol``·λ_max
         (default: 10·M·float64 epsilon) are treated as zero: they are round-off, and
-        their directions join the complement where P = δ.
+        their directions join the complement where Σ⁻¹ = δ.
         """
         Jw = Jw.double()
         lam, U = torch.linalg.eigh(Jw @ Jw.T)
@@ -200,7 +201,7 @@ class EigenPosterior:
         sigma_noise: float | Tensor = 1.0,
         temperature: float = 1.0,
     ) -> Tensor:
-        """d = λ/(σ²T) + δ, the eigenvalues of P along the r
+        """d = λ/(σ²T) + δ, the eigenvalues of Σ⁻¹ along the r
         columns of V, shape (r,).
         """
         return self.eigvals / (sigma_noise**2 * temperature) + _scalar(
@@ -208,7 +209,7 @@ class EigenPosterior:
         )
 
     def log_det(self, prior_precision, sigma_noise=1.0, temperature=1.0) -> Tensor:
-        """log det P = Σ log dᵢ + (P − r) log δ."""
+        """log det Σ⁻¹ = Σ log dᵢ + (P − r) log δ."""
         delta = _scalar(prior_precision, self.eigvals)
         d = self.precision_eigvals(delta, sigma_noise, temperature)
         return d.log().sum() + (self.n_params - d.numel()) * delta.log()
@@ -264,7 +265,7 @@ class Posterior(Protocol):
     """What every posterior structure provides. ``prior`` is the prior precision as
     given (a scalar, one value per parameter tensor, or one per parameter:
     :func:`prior_precision_diag`) and ``factor`` is c = 1/(σ²T), both tensors on the
-    parameters' device; P = c·H + diag(p₀)."""
+    parameters' device; Σ⁻¹ = c·H + diag(p₀)."""
 
     H: object  # the curvature in the structure's own form (a tensor for full and diag)
     n_params: int
@@ -274,7 +275,7 @@ class Posterior(Protocol):
     tuning: bool
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        """log det P, differentiable in ``prior`` and ``factor``."""
+        """log det Σ⁻¹, differentiable in ``prior`` and ``factor``."""
         ...
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
@@ -292,19 +293,19 @@ class Posterior(Protocol):
         ...
 
     def precision(self, prior: Tensor, factor: Tensor):
-        """P itself: (P, P) for full, (P,) for diag, an object with ``to_matrix()``
+        """Σ⁻¹ itself: (P, P) for full, (P,) for diag, an object with ``to_matrix()``
         otherwise."""
         ...
 
     def covariance(self, prior: Tensor, factor: Tensor):
-        """Σ = P⁻¹: (P, P) (dense: for small P), or the structure's own form."""
+        """Σ: (P, P) (dense: for small P), or the structure's own form."""
         ...
 
 
 class FullPosterior:
-    """The full GGN H (P, P). Its factor L of P = c·H + diag(p₀) lives in one more P×P
+    """The full GGN H (P, P). Its factor L of Σ⁻¹ = c·H + diag(p₀) lives in one more P×P
     buffer, formed and factored in place there (``dense.cholesky_``) and cached until
-    the prior or c change: log det P from its diagonal (differentiable: ∂/∂p₀ = diag Σ
+    the prior or c change: log det Σ⁻¹ from its diagonal (differentiable: ∂/∂p₀ = diag Σ
     and ∂/∂c = (P − Σᵢ p₀ᵢΣᵢᵢ)/c, both from L by blocks), diag Σ, J Σ Jᵀ and samples
     from triangular solves. So fit, evidence, tuning, predictions and samples keep
     **two** P×P buffers, H and L.
@@ -314,7 +315,7 @@ class FullPosterior:
     the first factorisation, except along the eigen route (below), which does not need
     H; changing them otherwise raises with what to do.
 
-    Eigen route (``route``): for a scalar prior, log det P = Σ log(cλᵢ + δ) + (P − r)
+    Eigen route (``route``): for a scalar prior, log det Σ⁻¹ = Σ log(cλᵢ + δ) + (P − r)
     log δ from the eigenvalues of H, O(P) per new δ or σ. ``"auto"`` takes it when the
     whitened Jacobians were kept (the dual N·K×N·K route: kept while N·K < P within a
     memory budget, see ``FullGGN``), when it is already computed, or inside a δ search
@@ -338,7 +339,7 @@ class FullPosterior:
             None  # the factor's P×P buffer (H itself in one-buffer mode)
         )
         self.cached_factor: tuple[Tensor, Tensor] | None = (
-            None  # (key, L) with P = L Lᵀ
+            None  # (key, L) with Σ⁻¹ = L Lᵀ
         )
 
     @property
@@ -399,7 +400,7 @@ class FullPosterior:
         return (self._H if self._H is not None else self._buffer).device
 
     def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
-        """P = c·H + diag(p₀), a new (P, P) tensor (differentiable)."""
+        """Σ⁻¹ = c·H + diag(p₀), a new (P, P) tensor (differentiable)."""
         return factor * self.H + torch.diag_embed(
             prior_precision_diag(prior, self.param_sizes).to(self.H.dtype)
         )
@@ -413,9 +414,9 @@ class FullPosterior:
         )
 
     def cholesky_factor(self, prior: Tensor, factor: Tensor) -> Tensor:
-        """The Cholesky factor L of P (no autograd), in the factor buffer, cached until
-        ``prior`` or ``factor`` change. Jitter is added (with a warning) if P is not
-        numerically positive definite."""
+        """The Cholesky factor L of Σ⁻¹ (no autograd), in the factor buffer, cached
+        until ``prior`` or ``factor`` change. Jitter is added (with a warning) if Σ⁻¹ is
+        not numerically positive definite."""
         with torch.no_grad():
             p0 = prior_precision_diag(prior, self.param_sizes).to(self._dtype)
             key = torch.cat([p0.flatten(), factor.reshape(1).to(self._dtype)])
@@ -500,7 +501,7 @@ class FullPosterior:
         )
 
     def covariance(self, prior: Tensor, factor: Tensor) -> Tensor:
-        """Σ = P⁻¹, a new dense (P, P) tensor: for small P."""
+        """Σ, a new dense (P, P) tensor: for small P."""
         return covariance_from_cholesky(self.cholesky_factor(prior, factor))
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
@@ -523,17 +524,15 @@ class FullPosterior:
 
 
 class _CholeskyLogDet(torch.autograd.Function):
-    """log det P = 2 Σ log Lᵢᵢ from the cached factor; backward from diag Σ, without
+    """log det Σ⁻¹ = 2 Σᵢ log Lᵢᵢ from the cached factor; backward from diag Σ, without
     forming Σ."""
 
     @staticmethod
     def forward(ctx, prior_diag: Tensor, factor: Tensor, post: FullPosterior) -> Tensor:
         L = post.cholesky_factor(prior_diag, factor)
-        ctx.post, ctx.prior_diag, ctx.factor = (
-            post,
-            prior_diag.detach(),
-            factor.detach(),
-        )
+        ctx.post = post
+        ctx.prior_diag = prior_diag.detach()
+        ctx.factor = factor.detach()
         return 2 * L.diagonal().log().sum()
 
     @staticmethod
@@ -547,7 +546,7 @@ class _CholeskyLogDet(torch.autograd.Function):
 
 
 class DiagPosterior:
-    """A diagonal curvature d (P,): P = c·d + p₀ elementwise, so everything is
+    """A diagonal curvature d (P,): Σ⁻¹ = c·d + p₀ elementwise, so everything is
     elementwise."""
 
     def __init__(self, d: Tensor, param_sizes: Sequence[int]):
@@ -555,7 +554,7 @@ class DiagPosterior:
         self.route, self.tuning = "auto", False
 
     def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
-        """The diagonal of P, (P,), as laplace-torch returns it."""
+        """The diagonal of Σ⁻¹, (P,), as laplace-torch returns it."""
         return factor * self.H + prior_precision_diag(prior, self.param_sizes)
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""dense.py: the blocked in-place Cholesky, diag(P⁻¹) by blocks, the memory check; and full Laplace with
+"""dense.py: the blocked in-place Cholesky, diag(Σ) by blocks, the memory check; and full Laplace with
 one P×P buffer against two. Tolerances: float64 round-off (1e-12 relative), float32 1e-5."""
 
 import pytest

@@ -151,7 +151,7 @@ def test_matfree_laplace_against_full(matfree_problem):
     assert 0 < se and abs(est.item() - exact) < 4 * se
     J = mf.jacobians(d.X_test[::100])
     torch.testing.assert_close(mf.functional_variance(J), full.functional_variance(J), rtol=1e-6, atol=1e-10)
-    # gradients in δ: tr(P⁻¹) estimated by Hutchinson from the same probes; its standard error from the
+    # gradients in δ: tr(Σ) estimated by Hutchinson from the same probes; its standard error from the
     # per-probe spread is not returned, so compare at the level the 40 probes support (10 %)
     x = torch.tensor(0.5, dtype=D, requires_grad=True)
     mf.log_marginal_likelihood(prior_precision=x).backward()

@@ -58,7 +58,7 @@ def test_diag_laplace_is_full_laplace_with_the_off_diagonal_dropped(likelihood):
     torch.testing.assert_close(diag.posterior_precision, P_diag.diagonal())
     torch.testing.assert_close(diag.posterior_covariance, torch.linalg.inv(P_diag))
     torch.testing.assert_close(diag.log_det_posterior_precision, torch.logdet(P_diag))
-    # the evidence differs from full only through log det P
+    # the evidence differs from full only through log det Σ⁻¹
     gap = diag.log_marginal_likelihood() - full.log_marginal_likelihood()
     torch.testing.assert_close(gap, -0.5 * (torch.logdet(P_diag) - torch.logdet(full.posterior_precision)))
     J = jacobian(diag.weights.f, diag.mean, X[:5])

@@ -1,0 +1,105 @@
+"""Checks of user input, each raising an error that names the problem and its fix.
+
+``Laplace`` validates every argument and every batch with these before it changes any
+state, so a rejected call leaves the object as it was.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .devices import check_device
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_count(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_positive(name: str, value) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and value > 0)
+    ):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def check_indices(indices: Tensor | None, n_params: int) -> Tensor:
+    if (
+        not isinstance(indices, Tensor)
+        or indices.dtype != torch.long
+        or indices.ndim != 1
+        or indices.numel() == 0
+    ):
+        raise ValueError(
+            "subnetwork_indices must be a non-empty 1-D LongTensor of flat parameter "
+            "indices"
+        )
+    if indices.min() < 0 or indices.max() >= n_params:
+        raise ValueError(
+            f"subnetwork_indices must lie in [0, {n_params}), got [{indices.min()}, "
+            f"{indices.max()}]"
+        )
+    if indices.unique().numel() != indices.numel():
+        raise ValueError("subnetwork_indices must not repeat an index")
+    return indices
+
+
+MODE_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+
+
+def check_eval_mode(model: nn.Module) -> None:
+    """Dropout and batch norm behave differently in training mode, and batch norm would
+    update its running statistics: refuse before touching anything (the user's model is
+    never modified)."""
+    busy = [
+        type(m).__name__
+        for m in model.modules()
+        if m.training and isinstance(m, MODE_DEPENDENT)
+    ]
+    if busy:
+        raise ValueError(
+            f"the model is in training mode and has {', '.join(sorted(set(busy)))}: "
+            "call model.eval() first"
+        )
+
+
+def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
+    """An (X, y) batch of tensors on ``like``'s device, a floating X in its dtype, with
+    a batch dimension."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        got = f"a {type(batch).__name__}" + (
+            f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else ""
+        )
+        raise TypeError(f"each batch must be an (X, y) pair of tensors, got {got}")
+    X, y = batch
+    if not isinstance(X, Tensor) or not isinstance(y, Tensor):
+        raise TypeError(
+            f"each batch must be an (X, y) pair of tensors, got ({type(X).__name__}, "
+            f"{type(y).__name__})"
+        )
+    check_device(X, like, "the inputs X")
+    check_device(y, like, "the targets y")
+    if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) "
+            "dimension; "
+            "DataLoader(batch_size=None) yields single examples without one"
+        )
+    if X.is_floating_point() and X.dtype != like.dtype:
+        raise ValueError(
+            f"X has dtype {X.dtype} but the model's parameters are {like.dtype}: "
+            "convert one of them"
+        )
+    if y.is_floating_point() and not torch.isfinite(y).all():
+        raise ValueError("the targets y contain NaN or inf")
+    return X, y

@@ -1,0 +1,59 @@
+"""Which weights Laplace is over: all of them, the last layer, or a subnetwork.
+
+Each choice becomes a function f(θ, x) of a flat vector θ of the chosen weights, the
+others held at the MAP, plus what the curvature builders need to see of the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from .checks import check_indices
+from .functional import Functional, last_layer_functional, make_functional
+
+
+@dataclass
+class Weights:
+    """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the
+    parameter tensor sizes, and what the curvature builders see: ``module`` on inputs
+    ``features(x)`` (None where only f exists), with functional form ``f_in``."""
+
+    f: Functional
+    theta: Tensor
+    sizes: list[int]
+    module: nn.Module | None
+    features: nn.Module | None
+    f_in: Functional
+
+
+def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Weights:
+    """The :class:`Weights` of ``subset`` ("all", "last_layer" or "subnetwork" with the
+    flat parameter ``indices`` (M,)); θ then has shape (P,), (P_last,) or (M,)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(
+            "the model has no trainable parameters (all have requires_grad=False)"
+        )
+    if subset == "last_layer":
+        f, theta, sizes = last_layer_functional(model)
+        g = make_functional(model[-1])[0]
+        return Weights(f, theta, sizes, model[-1], model[:-1], g)
+    f_all, theta_all = make_functional(model)
+    if subset == "all":
+        return Weights(
+            f_all,
+            theta_all,
+            [p.numel() for p in model.parameters() if p.requires_grad],
+            model,
+            None,
+            f_all,
+        )
+    idx = check_indices(indices, theta_all.numel())
+
+    def f_sub(theta_s: Tensor, X: Tensor) -> Tensor:  # the other weights stay at θ*
+        return f_all(theta_all.index_put((idx,), theta_s), X)
+
+    return Weights(f_sub, theta_all[idx], [idx.numel()], None, None, f_sub)
