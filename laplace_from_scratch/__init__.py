@@ -27,6 +27,7 @@ from .data import (
     toy_multiclass,
     toy_nonlinear,
 )
+from .devices import InputTypeError
 from .functional import (
     flatten_params,
     make_functional,
@@ -61,6 +62,7 @@ from .posterior import (
 from .predictive import (
     entropy,
     functional_variance,
+    gaussian_samples,
     glm_predictive,
     laplace_bridge,
     linearized_samples,
@@ -109,10 +111,12 @@ __all__ = [
     "Bernoulli",
     "Categorical",
     "EigenPosterior",
+    "InputTypeError",
     "Laplace",
     "cholesky",
     "covariance_from_cholesky",
     "functional_variance",
+    "gaussian_samples",
     "glm_predictive",
     "linearized_samples",
     "log_det_from_cholesky",

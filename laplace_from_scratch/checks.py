@@ -103,3 +103,14 @@ def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
     if y.is_floating_point() and not torch.isfinite(y).all():
         raise ValueError("the targets y contain NaN or inf")
     return X, y
+
+
+def check_inputs(x, like: Tensor) -> None:
+    """Inputs x to predict at: a tensor (N, ...) with a batch dimension, on ``like``'s
+    device."""
+    if not isinstance(x, Tensor) or x.ndim < 2:
+        got = getattr(x, "shape", type(x))
+        raise ValueError(
+            f"x must be a tensor of shape (N, ...) with a batch dimension, got {got}"
+        )
+    check_device(x, like, "x")

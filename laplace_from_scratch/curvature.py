@@ -149,7 +149,27 @@ def jacobian_chunk(n_outputs: int, n_params: int, fraction: float = 1 / 64) -> i
     return max(1, int(fraction * n_params / K), (1 << 20) // (K * n_params))
 
 
-class FullGGN:
+class FunctionalBuilder:
+    """What every builder that works from f(θ, x) alone keeps: f, θ* (P,), the
+    likelihood (for Λ) and the parameter tensor sizes."""
+
+    def __init__(
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        param_sizes: list[int],
+    ):
+        self.f, self.theta = f, theta
+        self.likelihood, self.param_sizes = likelihood, param_sizes
+
+    def outputs(self, X: Tensor) -> Tensor:
+        """f(X; θ*), (N, K), without gradients."""
+        with torch.no_grad():
+            return self.f(self.theta, X)
+
+
+class FullGGN(FunctionalBuilder):
     """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the
     whitened Jacobians J̃ = Λ^½ J of each batch, computed a few examples at a time
     (:func:`jacobian_chunk`). While N·K < P and the J̃ take at most a quarter of a P×P
@@ -167,10 +187,7 @@ class FullGGN:
         param_sizes: list[int],
         one_buffer: bool = False,
     ):
-        self.f = f
-        self.theta = theta
-        self.likelihood = likelihood
-        self.param_sizes = param_sizes
+        super().__init__(f, theta, likelihood, param_sizes)
         P = theta.numel()
         dense.check_fits(
             P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters"
@@ -183,8 +200,7 @@ class FullGGN:
         self.dual_budget = P * P // 32 if one_buffer else max(P * P // 4, entries_64mib)
 
     def update(self, X: Tensor) -> Tensor:
-        with torch.no_grad():
-            out = self.f(self.theta, X)
+        out = self.outputs(X)
         P = self.theta.numel()
         chunk = jacobian_chunk(out.shape[-1], P, 1 / 256 if self.one_buffer else 1 / 64)
         for start in range(0, X.shape[0], chunk):
@@ -218,7 +234,7 @@ class FullGGN:
         return self._posterior is None or self._posterior._H is not None
 
 
-class DiagJacobianGGN:
+class DiagJacobianGGN(FunctionalBuilder):
     """diag(G) from per-example Jacobians (:func:`ggn_diagonal`), for networks with
     parameters outside Linear/Conv2d layers; ``diag.DiagGGN`` is the fast route for the
     others."""
@@ -230,15 +246,11 @@ class DiagJacobianGGN:
         likelihood: Likelihood,
         param_sizes: list[int],
     ):
-        self.f = f
-        self.theta = theta
-        self.likelihood = likelihood
-        self.param_sizes = param_sizes
+        super().__init__(f, theta, likelihood, param_sizes)
         self.d = torch.zeros_like(theta)
 
     def update(self, X: Tensor) -> Tensor:
-        with torch.no_grad():
-            out = self.f(self.theta, X)
+        out = self.outputs(X)
         self.d += ggn_diagonal(self.f, self.theta, X, self.likelihood)
         return out
 

@@ -30,6 +30,16 @@ import torch
 from torch import Tensor
 
 
+class InputTypeError(TypeError, ValueError):
+    """A hyperparameter of the wrong type (a string, None, a complex tensor).
+
+    A ``TypeError``, as Python's convention asks, and also a ``ValueError``, which is
+    what laplace-torch raises for the same input: code written for either library
+    catches it (NumPy's ``AxisError`` is both a ``ValueError`` and an ``IndexError`` for
+    the same reason).
+    """
+
+
 def randn(
     shape: Sequence[int], like: Tensor, generator: torch.Generator | None = None
 ) -> Tensor:
@@ -59,23 +69,23 @@ def as_like(value: float | Tensor, like: Tensor, name: str) -> Tensor:
     and device.
 
     Differentiable for tensors (``Tensor.to`` keeps the autograd graph). Strings, None
-    and other non-numbers raise ``TypeError`` naming ``name``.
+    and other non-numbers raise :class:`InputTypeError` naming ``name``.
     """
     if isinstance(value, Tensor):
         if value.is_complex() or value.dtype == torch.bool:
-            raise TypeError(
+            raise InputTypeError(
                 f"{name} must be a real number or a real tensor, got dtype "
                 f"{value.dtype}"
             )
         return value.to(dtype=like.dtype, device=like.device)
     if value is None or isinstance(value, (bool, str)):
-        raise TypeError(
+        raise InputTypeError(
             f"{name} must be a number or a tensor, got {type(value).__name__}"
         )
     try:  # numbers, lists and NumPy values convert
         return torch.as_tensor(value, dtype=like.dtype, device=like.device)
     except (TypeError, ValueError, RuntimeError):
-        raise TypeError(
+        raise InputTypeError(
             f"{name} must be a number or a tensor, got {type(value).__name__}"
         ) from None
 

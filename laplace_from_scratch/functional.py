@@ -108,31 +108,65 @@ def vector_to_model(theta: Tensor, model: nn.Module) -> None:
             p.copy_(v)
 
 
-def last_layer_functional(model: nn.Module) -> tuple[Functional, Tensor, list[int]]:
-    """``(f, theta, sizes)`` for the last ``nn.Linear`` of an ``nn.Sequential``, the
-    rest held fixed.
-
-    f(θ, X) = W φ(X)ᵀ + b with features φ = ``model[:-1]`` at their current weights and
-    θ = [vec W, b] (laplace-torch's order); ``sizes`` are the sizes of W and b. φ
-    carries no gradient: f is linear in θ.
-    """
-    if not isinstance(model, nn.Sequential) or not isinstance(model[-1], nn.Linear):
-        raise ValueError(
-            "subset_of_weights='last_layer' needs an nn.Sequential whose last module "
-            "is an nn.Linear, "
-            f"got {type(model).__name__}"
-            + (
-                f" ending in {type(model[-1]).__name__}"
-                if isinstance(model, nn.Sequential)
-                else ""
+def find_last_layer(model: nn.Module, name: str | None = None) -> tuple[str, nn.Linear]:
+    """``(name, layer)``: the ``nn.Linear`` called ``name`` in
+    ``model.named_modules()``, or by default the last ``nn.Linear`` there (for an
+    ``nn.Sequential``, its last Linear)."""
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if name is not None:
+        found = [(n, m) for n, m in linears if n == name]
+        if not found:
+            raise ValueError(
+                f"last_layer_name={name!r} is not an nn.Linear of the model; its "
+                f"nn.Linear layers are {[n for n, _ in linears]}"
             )
+        return found[0]
+    if not linears:
+        raise ValueError(
+            "subset_of_weights='last_layer' needs an nn.Linear that makes the model's "
+            f"outputs, and this {type(model).__name__} has no nn.Linear"
         )
-    features, last = model[:-1], model[-1]
-    g, theta = make_functional(last)
+    return linears[-1]
 
-    def f(theta: Tensor, X: Tensor) -> Tensor:
-        with torch.no_grad():
-            phi = features(X)
-        return g(theta, phi)
 
-    return f, theta, [p.numel() for p in last.parameters() if p.requires_grad]
+class LastLayerFeatures:
+    """φ(X): the input of the last layer, (N, D), caught by a forward hook while the
+    whole model runs (without gradients, at its current weights).
+
+    Raises ``ValueError`` unless the model's output is that layer's output: only then
+    is f(θ, X) = W φ(X)ᵀ + b the model.
+    """
+
+    def __init__(self, model: nn.Module, name: str, layer: nn.Linear):
+        self.model, self.name, self.layer = model, name, layer
+        tail = model  # an nn.Sequential's output is its last module's: check now
+        while isinstance(tail, nn.Sequential) and len(tail) > 0:
+            tail = tail[-1]
+        if isinstance(model, nn.Sequential) and tail is not layer:
+            raise self._not_last(f" (the Sequential ends in {type(tail).__name__})")
+
+    def _not_last(self, why: str = "") -> ValueError:
+        return ValueError(
+            "subset_of_weights='last_layer': the model's output is not the output of "
+            f"its nn.Linear {self.name!r}{why}; pass last_layer_name= naming the "
+            "nn.Linear that makes the outputs (nothing may follow it)"
+        )
+
+    def __call__(self, X: Tensor) -> Tensor:
+        seen: dict[str, Tensor] = {}
+
+        def catch(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor):
+            seen["phi"], seen["out"] = inputs[0], output
+
+        handle = self.layer.register_forward_hook(catch)
+        try:
+            with torch.no_grad():
+                out = self.model(X)
+        finally:
+            handle.remove()
+        last = seen.get("out")
+        if last is None or not (
+            out is last or (out.shape == last.shape and torch.equal(out, last))
+        ):
+            raise self._not_last()
+        return seen["phi"]

@@ -244,17 +244,21 @@ class KronPosterior:
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
         """diag(Σ), (P,)."""
+        return self.diagonal([1 / ev for ev in self.precision_eigvals(prior, factor)])
+
+    def diagonal(self, values: list[Tensor]) -> Tensor:
+        """diag(Q diag(vₗ) Qᵀ), (P,), for eigenvalues ``values`` (one tensor per
+        block)."""
         parts = []
-        for i, ev in enumerate(self.precision_eigvals(prior, factor)):
+        for i, v in enumerate(values):
             _, QB, _, QA = self.eig[i]
             if QA is None:
-                parts.append(QB**2 @ (1 / ev))
-            # diag((Q_B ⊗ Q_A) D (Q_B ⊗ Q_A)ᵀ) = vec(Q_B² D Q_A²ᵀ) with D = 1/ev as
+                parts.append(QB**2 @ v)
+            # diag((Q_B ⊗ Q_A) D (Q_B ⊗ Q_A)ᵀ) = vec(Q_B² D Q_A²ᵀ) with D = v as
             # (out, in)
             else:
-                parts.append(
-                    (QB**2 @ (1 / ev).reshape(QB.shape[0], -1) @ (QA**2).T).reshape(-1)
-                )
+                D = v.reshape(QB.shape[0], -1)
+                parts.append((QB**2 @ D @ (QA**2).T).reshape(-1))
         return torch.cat(parts)
 
     def sample(
@@ -282,24 +286,39 @@ class KronPosterior:
 @dataclass
 class KronMatrix:
     """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ): a posterior precision or
-    covariance of KFAC."""
+    covariance of KFAC, with laplace-torch's ``logdet()``, ``diag()`` and
+    ``to_matrix(exponent)`` (its ``KronDecomposed``). Only ``to_matrix`` is P×P."""
 
     structure: KronPosterior
     values: list[Tensor]
 
-    def to_matrix(self) -> Tensor:
-        """The dense (P, P) matrix: for tests and small P only."""
+    def logdet(self) -> Tensor:
+        """log det of the matrix: Σ log vₗ, a scalar."""
+        return sum(v.log().sum() for v in self.values)
+
+    def diag(self, exponent: float = 1) -> Tensor:
+        """The diagonal of the matrix to the power ``exponent``, (P,), block by block
+        without forming any block."""
+        return self.structure.diagonal([v**exponent for v in self.values])
+
+    def to_matrix(self, exponent: float = 1) -> Tensor:
+        """The dense (P, P) matrix to the power ``exponent`` (−1: the inverse): for
+        tests and small P only."""
+        v0 = self.values[0]
+        n = self.structure.n_params
+        check_bytes(
+            n * n * v0.element_size(),
+            v0.device,
+            f"KronMatrix.to_matrix() needs a dense {n}×{n} matrix",
+            "Use its logdet() and diag(), or the Laplace methods, instead.",
+        )
         blocks = []
         for i, v in enumerate(self.values):
             # rows of the rotated identity are the Kronecker eigenvectors: it is Qᵀ
-            Qt = self.structure._rotate(
-                i, torch.eye(v.numel(), dtype=v.dtype, device=v.device), inverse=True
-            )
-            blocks.append((Qt.T * v) @ Qt)
+            eye = torch.eye(v.numel(), dtype=v.dtype, device=v.device)
+            Qt = self.structure._rotate(i, eye, inverse=True)
+            blocks.append((Qt.T * v**exponent) @ Qt)
         return torch.block_diag(*blocks)
-
-    def diag(self) -> Tensor:
-        return self.to_matrix().diagonal()
 
 
 def kron_prior(prior: Tensor, n_blocks: int) -> Tensor:

@@ -13,8 +13,9 @@ logits; integer, one-hot or probability targets) and ``"binary_classification"``
 logit, sigmoid; laplace-torch 0.3 has no such option: it is the two-class softmax with
 one logit pinned at 0; C = 2 in its predictives).
 
-Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (the last ``nn.Linear`` of
-an ``nn.Sequential`` on frozen features) or ``"subnetwork"`` (the flat parameter indices
+Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (an ``nn.Linear`` that
+makes the model's outputs, on frozen features: the last one in ``model.named_modules()``
+or the one named ``last_layer_name``) or ``"subnetwork"`` (the flat parameter indices
 ``subnetwork_indices``, full GGN over them, as laplace-torch's ``SubnetLaplace``).
 Structures (``hessian_structure``): ``"full"``, ``"diag"``, ``"kron"`` (KFAC),
 ``"lowrank"`` (top-``rank`` eigenpairs of the GGN) and ``"matfree"`` (GGN-vector
@@ -44,6 +45,7 @@ from .checks import (
     check_choice,
     check_count,
     check_eval_mode,
+    check_inputs,
     check_positive,
 )
 from .curvature import jacobian_chunk
@@ -52,7 +54,7 @@ from .jacobians import jacobian
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import prior_precision_diag
-from .predictive import linearized_samples, nn_samples
+from .predictive import gaussian_samples, linearized_samples, nn_samples
 from .structures import PRIORS, STRUCTURES, check_combination, make_builder
 from .weights import select_weights
 
@@ -75,6 +77,7 @@ class Laplace:
         prior_mean: float | Tensor = 0.0,
         temperature: float = 1.0,
         subnetwork_indices: Tensor | None = None,
+        last_layer_name: str | None = None,
         **structure_options,
     ):
         check_choice("likelihood", likelihood, LIKELIHOODS)
@@ -89,11 +92,17 @@ class Laplace:
         self.model, self.likelihood = model, likelihood
         self.subset_of_weights = subset_of_weights
         self.hessian_structure = hessian_structure
+        if last_layer_name is not None and subset_of_weights != "last_layer":
+            raise ValueError(
+                "last_layer_name goes with subset_of_weights='last_layer', and only "
+                "with it"
+            )
         self.subnetwork_indices = subnetwork_indices
+        self.last_layer_name = last_layer_name
         self.structure_options = structure_options
         # Λ at σ = 1: σ enters through c = 1/(σ²T)
         self._lik = get_likelihood(likelihood, 1.0)
-        self.weights = select_weights(model, subset_of_weights, subnetwork_indices)
+        self.weights = self._select_weights()
         self.mean, self.param_sizes = self.weights.theta, self.weights.sizes
         self.n_params = sum(self.param_sizes)
         self.n_param_tensors = len(self.param_sizes)
@@ -106,6 +115,14 @@ class Laplace:
         self._evidence_route = "auto"
         self.loss: Tensor | None = None
         self.n_data = self.n_outputs = 0
+
+    def _select_weights(self):
+        return select_weights(
+            self.model,
+            self.subset_of_weights,
+            self.subnetwork_indices,
+            self.last_layer_name,
+        )
 
     # ----- hyperparameters: validated and converted to θ*'s device and dtype when set
     # --------------
@@ -229,9 +246,7 @@ class Laplace:
             )
         check_eval_mode(self.model)
         if override or self._builder is None:
-            w = select_weights(
-                self.model, self.subset_of_weights, self.subnetwork_indices
-            )
+            w = self._select_weights()
             builder = make_builder(
                 self.hessian_structure,
                 w.module,
@@ -556,13 +571,7 @@ class Laplace:
             "link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm")
         )
         check_count("n_samples", n_samples)
-        if not isinstance(x, Tensor) or x.ndim < 2:
-            got = getattr(x, "shape", type(x))
-            raise ValueError(
-                "x must be a tensor of shape (N, ...) with a batch dimension, got "
-                f"{got}"
-            )
-        check_device(x, self.mean, "x")
+        check_inputs(x, self.mean)
         if pred_type == "nn":
             return self._lik.nn_link(
                 nn_samples(self.weights.f, x, self.sample(n_samples, generator))
@@ -582,3 +591,39 @@ class Laplace:
         return linearized_samples(
             self.weights.f, self.mean, x, self.sample(n_samples, generator)
         )
+
+    def functional_samples(
+        self,
+        x: Tensor,
+        pred_type: str = "glm",
+        n_samples: int = 100,
+        diagonal_output: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Samples of the outputs f at x, (S, N, K), as laplace-torch's method of this
+        name: ``"glm"`` draws from the GLM predictive N(f_mu, f_var) of each input
+        (outputs independent with ``diagonal_output``); ``"nn"`` is the network at θ ~
+        N(θ*, Σ)."""
+        check_choice("pred_type", pred_type, ("glm", "nn"))
+        check_count("n_samples", n_samples)
+        check_inputs(x, self.mean)
+        if pred_type == "nn":
+            return nn_samples(self.weights.f, x, self.sample(n_samples, generator))
+        f_mu, f_var = self.glm_predictive(x)
+        if diagonal_output:
+            f_var = torch.diag_embed(f_var.diagonal(dim1=-2, dim2=-1))
+        return gaussian_samples(f_mu, f_var, n_samples, generator)
+
+    def predictive_samples(
+        self,
+        x: Tensor,
+        pred_type: str = "glm",
+        n_samples: int = 100,
+        diagonal_output: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """:meth:`functional_samples` through the likelihood's inverse link: class
+        probabilities (S, N, C) for classification (C = 2 for one logit), the outputs
+        themselves (S, N, K) for regression."""
+        f = self.functional_samples(x, pred_type, n_samples, diagonal_output, generator)
+        return self._lik.inverse_link(f)

@@ -105,6 +105,10 @@ class Gaussian:
         σ²."""
         return f_mu, f_var
 
+    def inverse_link(self, f: Tensor) -> Tensor:
+        """The mean of y given f: f itself, (..., K)."""
+        return f
+
     def nn_link(self, samples: Tensor):
         """Mean and variance (N, K) of the network outputs over S samples (S, N, K)."""
         return samples.mean(0), samples.var(0)
@@ -195,6 +199,10 @@ class Categorical(_Classification):
             return mc_softmax(f_mu, f_var, n_samples, generator)
         return laplace_bridge(f_mu, f_var, normalize=link_approx == "bridge_norm")
 
+    def inverse_link(self, f: Tensor) -> Tensor:
+        """Class probabilities softmax(f), (..., K)."""
+        return torch.softmax(f, -1)
+
     def nn_link(self, samples: Tensor) -> Tensor:
         """Mean softmax over S sampled networks' logits (S, N, K) → (N, K)."""
         return torch.softmax(samples, -1).mean(0)
@@ -241,6 +249,11 @@ class Bernoulli(_Classification):
         if link_approx == "probit":
             return probit_binary(f_mu, f_var)
         return mc_sigmoid(f_mu, f_var, n_samples, generator)
+
+    def inverse_link(self, f: Tensor) -> Tensor:
+        """Class probabilities [1 − σ(f), σ(f)] of one logit, (..., 1) → (..., 2)."""
+        p1 = torch.sigmoid(f[..., 0])
+        return torch.stack([1 - p1, p1], dim=-1)
 
     def nn_link(self, samples: Tensor) -> Tensor:
         """Mean sigmoid over S sampled networks' logits (S, N, 1) → (N, 2)."""

@@ -37,7 +37,7 @@ from torch import Tensor
 from .devices import randn
 from .functional import Functional
 from .likelihoods import Likelihood
-from .matfree import GGNOperator, MatfreeGGN, check_basis_fits, lanczos
+from .matfree import MatfreeGGN, check_basis_fits, lanczos
 from .posterior import prior_precision_diag
 
 
@@ -84,7 +84,7 @@ class LowRankGGN(MatfreeGGN):
         check_basis_fits(theta.numel(), self.n_iter, theta)  # before any data
 
     def finish(self) -> LowRankPosterior:
-        G = GGNOperator(self.f, self.theta, self.likelihood, self.batches)
+        G = self.operator()
         v0 = randn((self.theta.numel(),), self.theta, torch.Generator().manual_seed(0))
         lam, V = top_eigenpairs(G.__matmul__, v0, self.rank, self.n_iter)
         return LowRankPosterior(V, lam, self.param_sizes)

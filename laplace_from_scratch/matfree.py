@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.func import jvp, vjp, vmap
 
+from .curvature import FunctionalBuilder
 from .dense import check_bytes
 from .devices import rademacher, randn
 from .functional import Functional
@@ -342,7 +343,7 @@ class GGNOperator:
         return self @ eye
 
 
-class MatfreeGGN:
+class MatfreeGGN(FunctionalBuilder):
     """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns
     a :class:`MatfreePosterior` that computes everything from GGN-vector products over
     them."""
@@ -355,20 +356,19 @@ class MatfreeGGN:
         param_sizes: list[int],
         **options,
     ):
-        self.f = f
-        self.theta = theta
-        self.likelihood = likelihood
-        self.param_sizes = param_sizes
+        super().__init__(f, theta, likelihood, param_sizes)
         self.options, self.batches = options, []
 
     def update(self, X: Tensor) -> Tensor:
         self.batches.append(X)
-        with torch.no_grad():
-            return self.f(self.theta, X)
+        return self.outputs(X)
+
+    def operator(self) -> GGNOperator:
+        """The GGN of the stored batches, as products."""
+        return GGNOperator(self.f, self.theta, self.likelihood, self.batches)
 
     def finish(self) -> MatfreePosterior:
-        G = GGNOperator(self.f, self.theta, self.likelihood, self.batches)
-        return MatfreePosterior(G, self.param_sizes, **self.options)
+        return MatfreePosterior(self.operator(), self.param_sizes, **self.options)
 
 
 class MatfreePosterior:

@@ -87,11 +87,22 @@ def mc_softmax(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """E[softmax(f)] for f ~ N(f_mu, f_var) by Monte Carlo. → (N, K)."""
+    f = gaussian_samples(f_mu, f_var, n_samples, generator)
+    return torch.softmax(f, dim=-1).mean(0)
+
+
+def gaussian_samples(
+    f_mu: Tensor,
+    f_var: Tensor,
+    n_samples: int,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Draws f ~ N(f_mu, f_var) per input: f_mu + L ε with L Lᵀ = f_var (+ 1e-12 I).
+    f_mu: (N, K), f_var: (N, K, K) → (S, N, K)."""
     eye = torch.eye(f_var.shape[-1], dtype=f_var.dtype, device=f_var.device)
     L = torch.linalg.cholesky(f_var + 1e-12 * eye)
     eps = randn((n_samples, *f_mu.shape), f_mu, generator)
-    f = f_mu + torch.einsum("nkl,snl->snk", L, eps)
-    return torch.softmax(f, dim=-1).mean(0)
+    return f_mu + torch.einsum("nkl,snl->snk", L, eps)
 
 
 def two_class(p1: Tensor) -> Tensor:

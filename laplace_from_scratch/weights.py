@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from .checks import check_indices
-from .functional import Functional, last_layer_functional, make_functional
+from .functional import (
+    Functional,
+    LastLayerFeatures,
+    find_last_layer,
+    make_functional,
+)
 
 
 @dataclass
@@ -24,23 +30,42 @@ class Weights:
     theta: Tensor
     sizes: list[int]
     module: nn.Module | None
-    features: nn.Module | None
+    features: LastLayerFeatures | None
     f_in: Functional
 
 
-def select_weights(model: nn.Module, subset: str, indices: Tensor | None) -> Weights:
-    """The :class:`Weights` of ``subset`` ("all", "last_layer" or "subnetwork" with the
-    flat parameter ``indices`` (M,)); θ then has shape (P,), (P_last,) or (M,)."""
+def select_weights(
+    model: nn.Module,
+    subset: str,
+    indices: Tensor | None = None,
+    last_layer_name: str | None = None,
+) -> Weights:
+    """The :class:`Weights` of ``subset``: "all", "last_layer" (the ``nn.Linear``
+    ``last_layer_name``, by default the model's last) or "subnetwork" (the flat
+    parameter ``indices`` (M,)); θ then has shape (P,), (P_last,) or (M,)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(
             "the model has no trainable parameters (all have requires_grad=False)"
         )
+    dtypes = {p.dtype for p in model.parameters() if p.requires_grad}
+    if not dtypes <= {torch.float32, torch.float64}:
+        raise ValueError(
+            f"Laplace needs float32 or float64 parameters (its Cholesky and eigen "
+            f"decompositions do), got {sorted(map(str, dtypes))}: convert the model "
+            "with model.float() or model.double()"
+        )
     if subset == "last_layer":
-        f, theta, sizes = last_layer_functional(model)
-        g = make_functional(model[-1])[0]
-        return Weights(f, theta, sizes, model[-1], model[:-1], g)
+        name, last = find_last_layer(model, last_layer_name)
+        features = LastLayerFeatures(model, name, last)
+        g, theta = make_functional(last)
+
+        def f_last(theta: Tensor, X: Tensor) -> Tensor:  # W φ(X)ᵀ + b, linear in θ
+            return g(theta, features(X))
+
+        sizes = [p.numel() for p in last.parameters() if p.requires_grad]
+        return Weights(f_last, theta, sizes, last, features, g)
     f_all, theta_all = make_functional(model)
     if subset == "all":
         return Weights(

@@ -179,6 +179,9 @@ def test_models_that_cannot_be_used():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         lfs.Laplace(frozen, "regression")
+    for dtype in (torch.float16, torch.bfloat16):  # no eigh/Cholesky in half precision
+        with pytest.raises(ValueError, match="float32 or float64 parameters"):
+            lfs.Laplace(mlp(2, 1).to(dtype), "regression")
 
 
 @pytest.mark.parametrize("layer", [nn.BatchNorm1d(4), nn.Dropout(0.1)])

@@ -123,7 +123,14 @@ def test_kron_precision_is_a_kronecker_object(multiclass):
         ref.fit(loader(X, y))
     P = ours.posterior_precision
     assert not isinstance(P, torch.Tensor)  # no P×P allocation
-    assert rel(P.to_matrix(), ref.posterior_precision.to_matrix()) < 1e-10
+    P_ref = ref.posterior_precision
+    assert rel(P.to_matrix(), P_ref.to_matrix()) < 1e-10
+    # laplace-torch's KronDecomposed methods: log det, diagonal, powers
+    assert abs(P.logdet().item() / P_ref.logdet().item() - 1) < 1e-12
+    assert rel(P.diag(), P_ref.diag()) < 1e-10
+    assert rel(P.diag(exponent=-1), ours.posterior_variance) < 1e-12
+    assert rel(P.to_matrix(exponent=-1), P_ref.to_matrix(exponent=-1)) < 1e-10
+    assert rel(ours.posterior_covariance.to_matrix(), torch.linalg.inv(P.to_matrix())) < 1e-10
 
 
 def test_shapes_laplace_torch_rejects_are_rejected(regression):
@@ -136,6 +143,9 @@ def test_shapes_laplace_torch_rejects_are_rejected(regression):
     ]:
         with pytest.raises(ValueError, match=match):
             lfs.Laplace(model, "regression", **kw)
+    for name in ("sigma_noise", "prior_precision", "prior_mean", "temperature"):
+        with pytest.raises(ValueError, match=name):  # a string: laplace-torch's ValueError too
+            lfs.Laplace(model, "regression", **{name: "1.0"})
     with pytest.raises(ValueError, match="scalar or layerwise"):
         lfs.Laplace(model, "regression", hessian_structure="kron", prior_precision=torch.ones(P, dtype=D))
 
@@ -173,3 +183,100 @@ def test_lowrank_against_laplace_torch():
     assert ((ref.H[1] - top).abs() / top).max() < 1e-2
     ev, ev_ref = ours.log_marginal_likelihood(), ref.log_marginal_likelihood()
     assert abs(rel(ev, ev_ref)) < 1e-5
+
+
+@pytest.mark.parametrize("likelihood", ["regression", "classification", "binary_classification"])
+def test_functional_and_predictive_samples(regression, multiclass, likelihood):
+    """laplace-torch's ``functional_samples``/``predictive_samples``: the GLM draws have the
+    predictive's mean and covariance (5 standard errors at S = 40,000), ``diagonal_output`` drops
+    the output covariance, ``"nn"`` is the network at posterior samples, and the predictive
+    samples are the likelihood's mean of the functional ones (same generator: exact)."""
+    model, X, y = regression if likelihood == "regression" else multiclass
+    if likelihood == "binary_classification":
+        model, y = mlp(2, 1, width=6), (y > 0).long()
+    la = lfs.Laplace(model, likelihood, prior_precision=2.0)
+    la.fit(loader(X, y))
+    x, S = X[:3], 40_000
+    f_mu, f_var = la.glm_predictive(x)
+    f = la.functional_samples(x, n_samples=S, generator=torch.Generator().manual_seed(0))
+    assert f.shape == (S, *f_mu.shape)
+    var = f_var.diagonal(dim1=-2, dim2=-1)
+    assert ((f.mean(0) - f_mu).abs() < 5 * (var / S).sqrt()).all()
+    cov = torch.einsum("snk,snl->nkl", f - f_mu, f - f_mu) / S
+    scale = (var.unsqueeze(-1) * var.unsqueeze(-2)).sqrt()  # sd of a product of two draws ≤ this
+    assert ((cov - f_var).abs() < 5 * scale * (2 / S) ** 0.5).all()
+    if f_mu.shape[-1] > 1:
+        gen = torch.Generator().manual_seed(0)
+        fd = la.functional_samples(x, n_samples=S, diagonal_output=True, generator=gen)
+        cov_d = torch.einsum("snk,snl->nkl", fd - f_mu, fd - f_mu) / S
+        off = ~torch.eye(f_mu.shape[-1], dtype=torch.bool)
+        assert (cov_d[:, off].abs() < 5 * scale[:, off] * (1 / S) ** 0.5).all()
+        assert (cov[:, off] - f_var[:, off]).abs().max() < (f_var[:, off]).abs().max()
+    g = torch.Generator()
+    nn = la.functional_samples(x, "nn", 5, generator=g.manual_seed(1))
+    expected = lfs.nn_samples(la.weights.f, x, la.sample(5, generator=g.manual_seed(1)))
+    torch.testing.assert_close(nn, expected, rtol=0, atol=0)
+    for pred_type in ("glm", "nn"):
+        p = la.predictive_samples(x, pred_type, 7, generator=g.manual_seed(2))
+        fs = la.functional_samples(x, pred_type, 7, generator=g.manual_seed(2))
+        if likelihood == "regression":
+            torch.testing.assert_close(p, fs, rtol=0, atol=0)
+        elif likelihood == "classification":
+            torch.testing.assert_close(p, torch.softmax(fs, -1), rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(p[..., 1], torch.sigmoid(fs[..., 0]), rtol=0, atol=0)
+        if likelihood != "regression":
+            assert p.shape == (7, 3, max(2, f_mu.shape[-1]))
+            torch.testing.assert_close(p.sum(-1), torch.ones(7, 3, dtype=D))
+    if likelihood == "classification":  # the same shapes as laplace-torch's
+        ref = laplace.Laplace(model, likelihood, "all", "full", prior_precision=2.0)
+        ref.fit(loader(X, y))
+        for pred_type in ("glm", "nn"):
+            for name in ("predictive_samples", "functional_samples"):
+                theirs = getattr(ref, name)(x, pred_type, n_samples=7)
+                assert theirs.shape == getattr(la, name)(x, pred_type, 7).shape
+
+
+class Net(torch.nn.Module):
+    """Not an nn.Sequential: the last layer is an attribute, called at the end of forward."""
+
+    def __init__(self, scale_output: bool = False):
+        super().__init__()
+        self.body = torch.nn.Linear(2, 6)
+        self.head = torch.nn.Linear(6, 3)
+        self.extra = torch.nn.Linear(3, 3)  # registered after head, used before it
+        self.scale_output = scale_output
+
+    def forward(self, x):
+        out = self.head(torch.tanh(self.body(x)) + 0 * self.extra(x[:, :1].expand(-1, 3)).sum())
+        return 2 * out if self.scale_output else out
+
+
+@pytest.mark.parametrize("structure", ["full", "diag", "kron"])
+def test_last_layer_of_any_module_equals_laplace_torch(multiclass, structure):
+    """Last-layer Laplace on a custom nn.Module (laplace-torch finds its last layer by a forward
+    pass; we name it or take the last nn.Linear of named_modules()): evidence and probit
+    probabilities equal laplace-torch's LLLaplace to round-off."""
+    _, X, y = multiclass
+    model = Net().to(D)
+    ours = lfs.Laplace(
+        model, "classification", "last_layer", structure, prior_precision=0.5, last_layer_name="head"
+    )
+    ours.fit(loader(X, y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = laplace.Laplace(model, "classification", "last_layer", structure, prior_precision=0.5)
+        ref.fit(loader(X, y))
+    assert ours.n_params == 6 * 3 + 3
+    assert abs(ours.log_marginal_likelihood().item() / ref.log_marginal_likelihood().item() - 1) < 1e-10
+    assert rel(ours(X[:5]), ref(X[:5])) < 1e-10
+    with pytest.raises(ValueError, match="not the output of its nn.Linear 'extra'"):
+        lfs.Laplace(model, "classification", "last_layer").fit(loader(X, y))  # 'extra' is last, unused
+    layers = r"its nn.Linear layers are \['body', 'head', 'extra'\]"
+    with pytest.raises(ValueError, match=r"'tail' is not an nn.Linear of the model; " + layers):
+        lfs.Laplace(model, "classification", "last_layer", last_layer_name="tail")
+    with pytest.raises(ValueError, match="last_layer_name goes with subset_of_weights='last_layer'"):
+        lfs.Laplace(model, "classification", last_layer_name="head")
+    scaled = lfs.Laplace(Net(scale_output=True).to(D), "classification", "last_layer", last_layer_name="head")
+    with pytest.raises(ValueError, match="nothing may follow it"):
+        scaled.fit(loader(X, y))

@@ -96,6 +96,14 @@ def exercise(likelihood: str, subset: str, structure: str, model, X: Tensor, y: 
     out["variance"] = la.posterior_variance
     out["sample"] = la.sample(5, generator=gen())
     out["glm_samples"] = la.glm_samples(X[:4], 3, generator=gen())
+    for pred_type in ("glm", "nn"):
+        out[f"functional_samples_{pred_type}"] = la.functional_samples(X[:4], pred_type, 3, generator=gen())
+        out[f"predictive_samples_{pred_type}"] = la.predictive_samples(
+            X[:4], pred_type, 3, diagonal_output=True, generator=gen()
+        )
+    if structure == "kron":
+        out["kron_logdet"] = P_post.logdet()
+        out["kron_diag"] = P_post.diag(exponent=-1)
     if reg:
         out["f_mu"], out["f_var"] = la(X[:4])
         out["nn_mean"], out["nn_var"] = la(X[:4], pred_type="nn", n_samples=4, generator=gen())
@@ -234,6 +242,8 @@ def test_hyperparameters_are_converted_when_set():
     assert la.sigma_noise.dtype == la.prior_precision.dtype == la.mean.dtype == torch.float64
     with pytest.raises(TypeError, match="prior_precision must be a number or a tensor, got str"):
         la.prior_precision = "1.0"
+    with pytest.raises(ValueError, match="got str"):  # laplace-torch raises ValueError here
+        la.sigma_noise = "0.5"
     with pytest.raises(TypeError, match="sigma_noise must be a number or a tensor, got NoneType"):
         la.sigma_noise = None
 

@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from laplace_from_scratch import Categorical, Gaussian, Laplace, fit_map, ggn, make_functional, sinusoid
 from laplace_from_scratch.curvature import ggn_diagonal
-from laplace_from_scratch.functional import last_layer_functional
 from laplace_from_scratch.jacobians import jacobian, last_layer_jacobian
+from laplace_from_scratch.weights import select_weights
 
 D = torch.float64
 
@@ -81,7 +81,8 @@ def test_diag_samples_have_the_diagonal_covariance():
 
 def test_last_layer_jacobian_closed_form_equals_autodiff():
     model, X, _ = _regression()
-    f, theta, sizes = last_layer_functional(model)
+    w = select_weights(model, "last_layer")
+    f, theta, sizes = w.f, w.theta, w.sizes
     assert sizes == [model[-1].weight.numel(), model[-1].bias.numel()]
     with torch.no_grad():
         phi = model[:-1](X)
