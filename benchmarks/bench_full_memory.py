@@ -36,6 +36,30 @@ from common import (
 IMPLS = ["ours", "ours-one-buffer", "backpack", "curvlinops"]
 
 
+def stages(lfs, impl: str, model, loader, Xq) -> tuple[object, list]:
+    """``(la, [(name, call), ...])``: the Laplace object of ``impl`` on ``model`` and
+    its measured stages (fit, evidence, predict, and sample for ours)."""
+    if impl.startswith("ours"):
+        la = lfs.Laplace(model, "classification", one_buffer=impl == "ours-one-buffer")
+        la.evidence_route = "cholesky"
+        return la, [
+            ("fit", lambda: la.fit(loader)),
+            ("evidence", lambda: la.log_marginal_likelihood().item()),
+            ("predict", lambda: la(Xq)),
+            ("sample", lambda: la.sample(10)),
+        ]
+    import laplace
+    from laplace.curvature import BackPackGGN, CurvlinopsGGN
+
+    backend = {"backpack": BackPackGGN, "curvlinops": CurvlinopsGGN}[impl]
+    la = laplace.Laplace(model, "classification", "all", "full", backend=backend)
+    return la, [
+        ("fit", lambda: la.fit(loader)),
+        ("evidence", lambda: la.log_marginal_likelihood().item()),
+        ("predict", lambda: la(Xq, pred_type="glm", link_approx="probit")),
+    ]
+
+
 def warm_up(lfs, loader, impl: str) -> None:
     """Run every stage once on a 784-1-10 MLP (P = 805), so that library code torch
     loads on first use (vmap's batching rules, LAPACK, thread pools: tens of MiB of
@@ -46,22 +70,8 @@ def warm_up(lfs, loader, impl: str) -> None:
     X, y = next(iter(loader))
     tiny = lfs.mlp(784, 10, width=1, depth=1, seed=0, dtype=torch.float32).to(X.device)
     batch = DataLoader(TensorDataset(X, y), batch_size=len(X))
-    if impl.startswith("ours"):
-        la = lfs.Laplace(tiny, "classification", one_buffer=impl == "ours-one-buffer")
-        la.evidence_route = "cholesky"
-        la.fit(batch)
-        la.log_marginal_likelihood()
-        la(X[:10])
-        la.sample(2)
-    else:
-        import laplace
-        from laplace.curvature import BackPackGGN, CurvlinopsGGN
-
-        backend = {"backpack": BackPackGGN, "curvlinops": CurvlinopsGGN}[impl]
-        la = laplace.Laplace(tiny, "classification", "all", "full", backend=backend)
-        la.fit(batch)
-        la.log_marginal_likelihood()
-        la(X[:10], pred_type="glm", link_approx="probit")
+    for _, call in stages(lfs, impl, tiny, batch, X[:10])[1]:
+        call()
 
 
 def measure(cfg: dict) -> dict:
@@ -88,26 +98,7 @@ def measure(cfg: dict) -> dict:
     impl = cfg["impl"]
     if cfg.get("warmup", True):
         warm_up(lfs, loader, impl)
-    if impl.startswith("ours"):
-        la = lfs.Laplace(model, "classification", one_buffer=impl == "ours-one-buffer")
-        la.evidence_route = "cholesky"
-        steps = [
-            ("fit", lambda: la.fit(loader)),
-            ("evidence", lambda: la.log_marginal_likelihood().item()),
-            ("predict", lambda: la(Xq)),
-            ("sample", lambda: la.sample(10)),
-        ]
-    else:
-        import laplace
-        from laplace.curvature import BackPackGGN, CurvlinopsGGN
-
-        backend = {"backpack": BackPackGGN, "curvlinops": CurvlinopsGGN}[impl]
-        la = laplace.Laplace(model, "classification", "all", "full", backend=backend)
-        steps = [
-            ("fit", lambda: la.fit(loader)),
-            ("evidence", lambda: la.log_marginal_likelihood().item()),
-            ("predict", lambda: la(Xq, pred_type="glm", link_approx="probit")),
-        ]
+    la, steps = stages(lfs, impl, model, loader, Xq)
     out: dict = {"P": P}
     cuda = dev == "cuda"
     if cuda:

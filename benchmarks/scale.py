@@ -222,7 +222,7 @@ def measure(cfg: dict) -> dict:
     with RssPeak() as rss:
         try:
             if structure == "matfree":
-                out.update(_matfree(cfg, model, X, y, Xq, sync))
+                out.update(_matfree(cfg, model, loader, Xq, sync))
             else:
                 if cfg["impl"] == "ours":
                     la = lfs.Laplace(
@@ -291,44 +291,33 @@ def measure(cfg: dict) -> dict:
     return out
 
 
-def _matfree(cfg: dict, model, X, y, Xq, sync) -> dict:
-    """Ours without any P×P or P-sized curvature: SLQ log det (evidence) and CG f_var
-    (probit)."""
+def _matfree(cfg: dict, model, loader, Xq, sync) -> dict:
+    """Ours through ``Laplace(hessian_structure="matfree")``, nothing P×P or P-sized
+    curvature: the evidence by SLQ (with its standard error), probit probabilities with
+    f_var by CG on ``matfree_query`` inputs."""
     import laplace_from_scratch as lfs
-    import torch
-    from laplace_from_scratch import matfree
 
-    f, theta = lfs.make_functional(model)
-    lik = lfs.Categorical()
-    delta = torch.tensor(cfg["delta0"], device=theta.device)
-    mv = matfree.posterior_precision_matvec(f, theta, X, lik, delta)
     t0 = time.perf_counter()
-    g = torch.Generator().manual_seed(0)
-    logdet, se = matfree.slq_log_det(
-        mv,
-        theta.numel(),
+    la = lfs.Laplace(
+        model,
+        "classification",
+        hessian_structure="matfree",
+        prior_precision=cfg["delta0"],
         n_probes=8,
-        m=30,
-        generator=g,
-        dtype=theta.dtype,
-        device=theta.device,
+        lanczos_steps=30,
+        cg_tol=1e-6,
+        cg_max_iter=300,
     )
-    with torch.no_grad():
-        nll = lik.nll(f(theta, X), y)
-    P = theta.numel()
-    evidence = -nll - 0.5 * (logdet - P * delta.log() + delta * theta @ theta)
+    la.fit(loader)  # stores the batches: the products run in the evidence
+    evidence = la.log_marginal_likelihood()
     sync()
     out = {
         "fit_s": time.perf_counter() - t0,
         "evidence": evidence.item(),
-        "evidence_se": 0.5 * se.item(),
+        "evidence_se": 0.5 * la.structure.log_det_se.item(),  # of −½ log det Σ⁻¹
     }
-    Xm = Xq[: cfg["matfree_query"]]
     t0 = time.perf_counter()
-    J = lfs.jacobian(f, theta, Xm)
-    f_var = matfree.functional_variance_cg(mv, J, tol=1e-6, max_iter=300)
-    with torch.no_grad():
-        probs = lfs.probit(f(theta, Xm), f_var)
+    probs = la(Xq[: cfg["matfree_query"]], link_approx="probit").detach()
     sync()
     out["predict_s"] = time.perf_counter() - t0
     np.save(cfg["probs_file"], probs.double().cpu().numpy())

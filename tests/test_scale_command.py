@@ -27,6 +27,10 @@ def test_gpu_command_runs_at_cpu_size(tmp_path):
         for impl in ("ours", "curvlinops", "backpack", "asdl"):
             assert (s, impl) in cells, f"{s}/{impl} did not finish"
     assert ("matfree", "ours") in cells
+    # matfree (through Laplace): SLQ's evidence within 4 of its standard errors of full's,
+    # probabilities to CG's tolerance (1e-6 on f_var)
+    (mf,) = [r for r in record["rows"] if r["structure"] == "matfree"]
+    assert mf["vs"] == "ours full" and mf["evidence_z"] < 4 and mf["probs_maxabs"] < 1e-5, mf
     # every laplace-torch cell agrees with ours (float32, a 610-parameter MLP)
     for r in record["rows"]:
         if "evidence_rel" in r and r["structure"] != "matfree":
