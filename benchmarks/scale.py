@@ -450,24 +450,28 @@ def summary(rows: list[dict]) -> str:
 
 def plot(records: list[dict], path: Path | None = None, title: str = ""):
     """Fit time and peak memory against P, ours (solid) vs laplace-torch's fastest
-    backend (dashed).
+    backend (dashed); lines join the sizes of one model family only (MLPs: circles,
+    CNNs: triangles).
 
     Designed for a page column about 7 inches wide: one legend under both panels, colour
     = structure, line style = implementation, so that no legend covers the data."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    fig, axes = plt.subplots(1, 2, figsize=(8, 4.2), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4.4), layout="constrained")
     colors = dict(
         zip(STRUCTURES, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False)
     )
+    markers = {"mlp": "o", "cnn": "^"}
+    families = sorted({r["model"].split(":")[0] for r in records})
     shown = []
-    for s in STRUCTURES:
-        for impl, style in (("ours", "-o"), ("ref", "--s")):
+    for s, fam in ((s, fam) for s in STRUCTURES for fam in families):
+        for impl, ls in (("ours", "-"), ("ref", "--")):
             pts = {}
             for r in records:
                 if (
                     r["structure"] != s
+                    or r["model"].split(":")[0] != fam
                     or "fit_s" not in r
                     or (impl == "ours") != (r["impl"] == "ours")
                 ):
@@ -479,17 +483,16 @@ def plot(records: list[dict], path: Path | None = None, title: str = ""):
                 continue
             if s not in shown:
                 shown.append(s)
+            style = dict(color=colors[s], ls=ls, marker=markers.get(fam, "s"), ms=5)
             Ps = sorted(pts)
-            axes[0].plot(
-                Ps, [pts[p]["fit_s"] for p in Ps], style, color=colors[s], ms=4
-            )
+            axes[0].plot(Ps, [pts[p]["fit_s"] for p in Ps], **style)
             mem = [
                 (p, pts[p]["peak_bytes"] / 2**20)
                 for p in Ps
                 if pts[p].get("peak_bytes")
             ]
             if mem:
-                axes[1].plot(*zip(*mem, strict=True), style, color=colors[s], ms=4)
+                axes[1].plot(*zip(*mem, strict=True), **style)
     for ax, ylabel in zip(axes, ("fit time (s)", "peak memory (MiB)"), strict=True):
         ax.set(
             xscale="log", yscale="log", xlabel="number of parameters P", ylabel=ylabel
@@ -497,16 +500,12 @@ def plot(records: list[dict], path: Path | None = None, title: str = ""):
         ax.grid(alpha=0.3, which="both")
     handles = [Line2D([], [], color=colors[s], lw=6, label=s) for s in shown]
     handles += [
-        Line2D([], [], color="k", ls="-", marker="o", ms=4, label="ours"),
-        Line2D(
-            [],
-            [],
-            color="k",
-            ls="--",
-            marker="s",
-            ms=4,
-            label="laplace-torch (fastest backend)",
-        ),
+        Line2D([], [], color="k", ls="-", label="ours"),
+        Line2D([], [], color="k", ls="--", label="laplace-torch (fastest backend)"),
+    ]
+    handles += [
+        Line2D([], [], color="k", ls="", marker=markers.get(f, "s"), label=f.upper())
+        for f in families
     ]
     fig.legend(
         handles=handles,
