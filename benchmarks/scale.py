@@ -171,7 +171,9 @@ def train(cfg: dict, path: Path) -> dict:
 
 def _chunks(X, K: int, P: int):
     """Query chunks small enough that their Jacobians (n, K, P) stay below ~1 GB in
-    float32."""
+    float32. P is the parameter count of the posterior: the last layer's for ``ll-*``
+    (chunking those by the whole network's P would multiply laplace-torch's per-call
+    cost, e.g. forming Σ for last-layer full, by the number of chunks)."""
     n = max(1, min(100, int(2.5e8 // (K * P))))
     return [X[i : i + n] for i in range(0, X.shape[0], n)]
 
@@ -208,6 +210,9 @@ def measure(cfg: dict) -> dict:
     structure = cfg["structure"]
     subset = "last_layer" if structure.startswith("ll-") else "all"
     hs = structure.removeprefix("ll-")
+    last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    # the posterior's parameter count, for the query chunks
+    P_post = P if subset == "all" else sum(p.numel() for p in last.parameters())
     out: dict = {"P": P}
 
     def sync():
@@ -266,7 +271,7 @@ def measure(cfg: dict) -> dict:
                 probs = torch.cat(
                     [
                         la(x, link_approx="probit", **kw).detach()
-                        for x in _chunks(Xq, 10, P)
+                        for x in _chunks(Xq, 10, P_post)
                     ]
                 )
                 sync()
@@ -649,7 +654,7 @@ def main(argv: list[str] | None = None) -> dict:
                             **cfg,
                             "P": P,
                             "error": "skipped: P > --matfree-max-p "
-                            "{args.matfree_max_p}",
+                            f"{args.matfree_max_p}",
                         }
                     )
                 elif (
@@ -662,7 +667,7 @@ def main(argv: list[str] | None = None) -> dict:
                             **cfg,
                             "P": P,
                             "error": "skipped: P > --curvlinops-full-max-p "
-                            "{args.curvlinops_full_max_p}",
+                            f"{args.curvlinops_full_max_p}",
                         }
                     )
                 else:

@@ -140,13 +140,20 @@ def ggn_diagonal(
     return d
 
 
-def jacobian_chunk(n_outputs: int, n_params: int, fraction: float = 1 / 64) -> int:
+def jacobian_chunk(
+    n_outputs: int,
+    n_params: int,
+    fraction: float = 1 / 64,
+    cap: float = float("inf"),
+) -> int:
     """How many examples' Jacobians (K × P each) to form at a time: enough for 2²⁰
     numbers (4 MiB in float32), or, where P×P is large, up to ``fraction`` of one P×P
-    matrix: the memory budget of everything dense that is not the P×P buffers. At least
-    one example."""
+    matrix (the memory budget of everything dense that is not the P×P buffers), but
+    at most ``cap`` numbers: where no P×P matrix exists (diagonal, KFAC, matrix-free at
+    P ~ 10⁶), a fraction of one is no budget at all. At least one example."""
     K = max(n_outputs, 1)
-    return max(1, int(fraction * n_params / K), (1 << 20) // (K * n_params))
+    budget = min(fraction * n_params * n_params, cap)
+    return max(1, int(budget / (K * n_params)), (1 << 20) // (K * n_params))
 
 
 class FunctionalBuilder:

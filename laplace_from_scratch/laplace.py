@@ -538,9 +538,9 @@ class Laplace:
             J = self.jacobians(x)
             N, K, P = J.shape
             return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
-        # a few inputs at a time, so that their Jacobians stay below 1/16 of a P×P
-        # matrix
-        chunk = jacobian_chunk(f_mu.shape[-1], self.n_params, 1 / 256)
+        # a few inputs at a time, so that their Jacobians stay below 1/256 of a P×P
+        # matrix and 2²⁷ numbers (512 MiB in float32; most structures have no P×P)
+        chunk = jacobian_chunk(f_mu.shape[-1], self.n_params, 1 / 256, cap=1 << 27)
         f_var = torch.cat(
             [self.functional_variance(self.jacobians(xc)) for xc in x.split(chunk)]
         )

@@ -252,8 +252,7 @@ class Bernoulli(_Classification):
 
     def inverse_link(self, f: Tensor) -> Tensor:
         """Class probabilities [1 − σ(f), σ(f)] of one logit, (..., 1) → (..., 2)."""
-        p1 = torch.sigmoid(f[..., 0])
-        return torch.stack([1 - p1, p1], dim=-1)
+        return two_class(torch.sigmoid(f[..., 0]))
 
     def nn_link(self, samples: Tensor) -> Tensor:
         """Mean sigmoid over S sampled networks' logits (S, N, 1) → (N, 2)."""

@@ -10,8 +10,8 @@ detection.
   ½) and :func:`ood_auroc`, which scores each input by how unsure the prediction is.
 
 Shapes: N inputs, C classes. ``probs`` is (N, C) with rows that sum to 1 (use
-:func:`~laplace_from_scratch.predictive.two_class` for a single sigmoid output), ``y``
-is (N,) int64.
+:func:`~laplace_from_scratch.predictive.two_class` on the (N,) probabilities of a single
+sigmoid output), ``y`` is (N,) int64.
 """
 
 from __future__ import annotations

@@ -106,8 +106,7 @@ def gaussian_samples(
 
 
 def two_class(p1: Tensor) -> Tensor:
-    """Probabilities of class 1, (N,) or (N, 1), as (N, 2) columns [p(y=0), p(y=1)]."""
-    p1 = p1.reshape(-1)
+    """Probabilities of class 1, (...,), as columns [p(y=0), p(y=1)], (..., 2)."""
     return torch.stack([1 - p1, p1], dim=-1)
 
 

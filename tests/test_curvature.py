@@ -148,3 +148,36 @@ def test_gaussian_bad_sigma_and_shapes():
         Gaussian(0.0)
     with pytest.raises(ValueError, match="match"):
         Gaussian(1.0).nll(torch.zeros(3, 1), torch.zeros(3))
+
+
+def test_predictive_jacobian_blocks_stay_bounded_without_a_pp_matrix():
+    """glm_predictive forms Jacobians a few inputs at a time. The budget was a fraction of
+    one P×P matrix, which a diagonal posterior at P = 10⁶ never allocates: 1/256 of it
+    would be 390 inputs, 15.6 GB of Jacobians. Now at most 2²⁷ numbers per block."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from laplace_from_scratch import Laplace
+    from laplace_from_scratch.curvature import jacobian_chunk
+
+    P, K = 1_000_010, 10
+    assert jacobian_chunk(K, P, 1 / 256, cap=1 << 27) * K * P <= 1 << 27
+    assert jacobian_chunk(K, P, 1 / 256) == int(P / 256 / K)  # no cap: 390 inputs
+    # small P: the 4 MiB floor decides, as before
+    assert jacobian_chunk(K, 9_550, 1 / 256, cap=1 << 27) == (1 << 20) // (K * 9_550)
+
+    torch.manual_seed(0)
+    model = nn.Linear(100_000, K).float()
+    X = torch.randn(8, 100_000)
+    la = Laplace(model, "classification", hessian_structure="diag")
+    la.fit(DataLoader(TensorDataset(X, torch.arange(8) % K), batch_size=8))
+    seen, jacobians = [], la.jacobians
+
+    def recording(x):
+        J = jacobians(x)
+        seen.append(J.numel())
+        return J
+
+    la.jacobians = recording
+    f_mu, f_var = la.glm_predictive(torch.randn(40, 100_000))
+    assert f_var.shape == (40, K, K) and len(seen) > 1
+    assert max(seen) <= 1 << 27
