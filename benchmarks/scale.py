@@ -192,6 +192,7 @@ def measure(cfg: dict) -> dict:
     process."""
     import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch.functional import find_last_layer
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
@@ -210,9 +211,13 @@ def measure(cfg: dict) -> dict:
     structure = cfg["structure"]
     subset = "last_layer" if structure.startswith("ll-") else "all"
     hs = structure.removeprefix("ll-")
-    last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
-    # the posterior's parameter count, for the query chunks
-    P_post = P if subset == "all" else sum(p.numel() for p in last.parameters())
+    # the posterior's parameter count, for the query chunks (the last layer as
+    # Laplace(subset_of_weights="last_layer") finds it)
+    if subset == "all":
+        P_post = P
+    else:
+        _, last = find_last_layer(model)
+        P_post = sum(p.numel() for p in last.parameters())
     out: dict = {"P": P}
 
     def sync():
