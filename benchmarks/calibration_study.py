@@ -11,6 +11,8 @@ and records them:
     python benchmarks/calibration_study.py            # digits, seeds 0-4
     # MNIST-5k; the CNN's trainings take ~2.5 h per seed on 2 CPU cores
     LFS_SIZE=large python benchmarks/calibration_study.py --no-full --nets MLP
+    # a run in parts, e.g. the CNN alone, is merged into one record with
+    python benchmarks/calibration_study.py --merge RECORD.json OTHER.json
 
 writes results/calibration_study_<size>_<date>_cpu.{json,log}.
 """
@@ -285,6 +287,73 @@ def run_seed(
     return rows, extras
 
 
+# what two records must share to be one study
+SAME = ("device", "device_name", "threads", "torch", "laplace_torch", "python", "size")
+SAME += ("structures", "n_train", "n_val", "n_test", "delta0", "grid", "env")
+
+
+def per_net(meta: dict, field: str) -> dict:
+    """meta's ``<field>_per_net``, or the record-wide ``field`` for each network (a
+    record of one invocation)."""
+    if f"{field}_per_net" in meta:
+        return meta[f"{field}_per_net"]
+    # records made before --no-ensemble existed all have the ensemble
+    value = meta.get(field, True if field == "ensemble" else None)
+    if field == "seconds" and len(meta["nets"]) > 1:
+        value = None  # one run's time for several networks: not split
+    return {net: value for net in meta["nets"]}
+
+
+def merge_records(record: dict, other: dict) -> dict:
+    """One record from two invocations of the same study (a long run split by network
+    or by seeds): the rows of both; meta keeps each network's seeds, seconds and
+    whether it has the ensemble, and the command line of each run.
+
+    Raises ValueError if they differ in machine, versions, data or settings (``SAME``),
+    if both have a (network, seed), or if a network has the ensemble in one and not the
+    other.
+    """
+    m, o = record["meta"], other["meta"]
+    differ = [k for k in SAME if m.get(k) != o.get(k)]
+    if differ:
+        raise ValueError(f"the records differ in {differ}: not one study")
+    both = {(r["net"], r["seed"]) for r in record["rows"]}
+    both &= {(r["net"], r["seed"]) for r in other["rows"]}
+    if both:
+        raise ValueError(f"both records have (network, seed) {sorted(both)}")
+    seeds, seconds, ensemble = ({}, {}, {})
+    for meta in (m, o):
+        for net in meta["nets"]:
+            seeds[net] = sorted(seeds.get(net, []) + per_net(meta, "seeds")[net])
+            t = per_net(meta, "seconds")[net]
+            seconds[net] = (
+                None if None in (t, seconds.get(net, 0)) else t + seconds.get(net, 0)
+            )
+            flag = per_net(meta, "ensemble")[net]
+            if ensemble.setdefault(net, flag) != flag:
+                raise ValueError(f"{net} has the ensemble in one record only")
+
+    def runs(meta: dict) -> list[str]:
+        # the command line of an unmerged record, from its meta
+        flags = "" if "full" in meta["structures"] else " --no-full"
+        flags += "" if meta.get("ensemble", True) else " --no-ensemble"
+        seed_list = " ".join(map(str, meta["seeds"]))
+        return [f"--seeds {seed_list}{flags} --nets {' '.join(meta['nets'])}"]
+
+    nets = list(dict.fromkeys([*m["nets"], *o["nets"]]))
+    meta = m | {
+        "nets": nets,
+        "seeds": sorted(set().union(*seeds.values())),
+        "seconds": m["seconds"] + o["seconds"],
+        "seeds_per_net": seeds,
+        "seconds_per_net": seconds,
+        "ensemble_per_net": ensemble,
+        "runs": m.get("runs", runs(m)) + o.get("runs", runs(o)),
+    }
+    meta.pop("ensemble", None)
+    return {"meta": meta, "rows": record["rows"] + other["rows"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -302,7 +371,24 @@ def main() -> None:
         choices=["MLP", "CNN"],
         help="networks to study (the large CNN's trainings take most of the time)",
     )
+    parser.add_argument(
+        "--no-ensemble",
+        action="store_true",
+        help="skip the deep ensemble (four more trainings per network)",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs=2,
+        metavar=("RECORD", "OTHER"),
+        help="add OTHER's rows to RECORD (one study run in parts) and exit",
+    )
     args = parser.parse_args()
+    if args.merge:
+        record, other = (json.loads(Path(p).read_text()) for p in args.merge)
+        merged = merge_records(record, other)
+        Path(args.merge[0]).write_text(json.dumps(merged, indent=1))
+        print("merged", args.merge[1], "into", args.merge[0])
+        return
     torch.set_default_dtype(torch.float32)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import machine_meta, write_record
@@ -312,7 +398,11 @@ def main() -> None:
         t = time.perf_counter()
         names = [m for m in STRUCTURES if not (args.no_full and m == "full")]
         seed_rows, extras = run_seed(
-            args.size, seed, data, {net: names for net in args.nets}
+            args.size,
+            seed,
+            data,
+            {net: names for net in args.nets},
+            ensemble=not args.no_ensemble,
         )
         rows, done = rows + seed_rows, done + [seed]
         print(
@@ -328,6 +418,7 @@ def main() -> None:
             seeds=done,
             nets=args.nets,
             structures=names,
+            ensemble=not args.no_ensemble,
             seconds=round(time.perf_counter() - t0),
         )
         meta |= dict(
