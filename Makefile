@@ -4,7 +4,7 @@
 #   make book   execute changed notebooks, build the site, print the path of index.html
 #   make test   everything CI checks: ruff, module tests, nbval, book build with -W, site check
 #   make site-check  every page of the built site in headless Chromium (after book-html)
-#   make lab    JupyterLab on notebooks/
+#   make lab    JupyterLab in the repository, opened at notebook 01 (links to book/ pages work)
 #   make bench  the benchmarks in benchmarks/
 #   make bench-gpu  ours vs laplace-torch at scale on a CUDA GPU (install with TORCH=torch for a CUDA build)
 #
@@ -67,7 +67,7 @@ book: $(STAMP)
 	@echo "Book built: $(CURDIR)/book/_build/html/index.html"
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks
+	$(VENV)/bin/jupyter lab notebooks/01_map_training.ipynb
 
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do [ -e "$$f" ] || { echo "no benchmarks yet"; break; }; echo "== $$f"; $(PY) $$f || exit 1; done

@@ -3,7 +3,8 @@
 A notebook's key is a hash of its code cells, the sources of ``laplace_from_scratch``
 and the kernel's Python/torch versions; it is stored in the notebook's metadata after
 a successful run. ``make book`` calls this before building the site, so the site and
-nbval see the same committed outputs.
+nbval see the same committed outputs. After each run the numbers that the prose quotes are written into
+its markdown cells from the run's own glued outputs (``tools/prose.py``).
 
     python tools/run_notebooks.py notebooks [--force]
     python tools/run_notebooks.py notebooks/02_jacobians_ggn.ipynb --force   # just one
@@ -21,6 +22,7 @@ from pathlib import Path
 import nbformat
 import torch
 from nbclient import NotebookClient
+from prose import fill
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +73,7 @@ def main() -> None:
         # No saved widget state: the book would load require.js and the widget manager from CDNs
         # for it (notebook 05's explorer is interactive only in Jupyter; the book shows figures).
         nb.metadata.pop("widgets", None)
+        fill(nb)  # the prose's numbers from this run's outputs
         nb.metadata["laplace_from_scratch"] = {"key": k}
         nbformat.write(nb, path)
         print(f"executed:  {path.name} ({time.perf_counter() - t0:.0f} s)")

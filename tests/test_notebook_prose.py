@@ -1,0 +1,43 @@
+"""The notebooks' prose reads right in JupyterLab: every quoted number is its code cell's glued output,
+and no MyST role that only the book understands is left in a markdown cell (tools/prose.py)."""
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import prose  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_prose_matches_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    assert prose.problems(nb) == []
+
+
+def test_problems_are_found():
+    nb = nbformat.v4.new_notebook()
+    glue_out = nbformat.v4.new_output(
+        "display_data",
+        data={prose.RECORD: "'4.6'"},
+        metadata={"scrapbook": {"name": "x", "mime_prefix": "application/papermill.record/"}},
+    )
+    code = nbformat.v4.new_code_cell("glue('x', '4.6')", outputs=[glue_out])
+    md = nbformat.v4.new_markdown_cell(
+        'a <span data-glue="x">4.5</span>, a <span data-glue="y">1</span>, '
+        "a {glue:text}`x` and {cite:p}`key`\n\n```{note}\nhi\n```"
+    )
+    nb.cells = [code, md]
+    found = prose.problems(nb)
+    assert len(found) == 5, found  # stale x, missing y, two raw roles, one raw directive
+    with pytest.raises(KeyError):
+        prose.fill(nb)
+    md.source = 'a <span data-glue="x">4.5</span> and <span data-glue="x">?</span>'
+    assert prose.fill(nb) == 2
+    assert md.source == 'a <span data-glue="x">4.6</span> and <span data-glue="x">4.6</span>'
+    assert prose.problems(nb) == []
