@@ -2,8 +2,9 @@
 # pyproject.toml or this Makefile changes.
 #
 #   make book   execute changed notebooks, build the site, print the path of index.html
-#   make test   everything CI checks: ruff, module tests, nbval, book build with -W, site check
+#   make test   everything CI checks: ruff, module tests, nbval, book build with -W, site check, lab check
 #   make site-check  every page of the built site in headless Chromium (after book-html)
+#   make lab-check   every notebook opened in this environment's JupyterLab in headless Chromium
 #   make lab    JupyterLab in the repository, opened at notebook 01 (links to book/ pages work)
 #   make bench  the benchmarks in benchmarks/
 #   make bench-gpu  ours vs laplace-torch at scale on a CUDA GPU (install with TORCH=torch for a CUDA build)
@@ -27,7 +28,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # amplifies that into the printed digits), and pin the thread count.
 NB_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
 
-.PHONY: install test lint unit nbval book book-html site-check lab bench bench-gpu clean
+.PHONY: install test lint unit nbval book book-html site-check lab-check lab bench bench-gpu clean
 
 install: $(STAMP)
 
@@ -58,7 +59,13 @@ book-html: $(STAMP)
 site-check: $(STAMP)
 	$(PY) tools/site_check.py book/_build/html --shots book/_build/site-check $(if $(SITE_CHECK_REQUIRED),--require-browser)
 
-test: lint unit nbval book-html site-check
+# Every notebook in this environment's JupyterLab (tools/lab_check.py), windowing off, in headless Chromium:
+# raw MyST roles, unrendered markdown cells, quoted values missing from the prose, raw TeX, console errors,
+# requests off the machine; screenshots in book/_build/lab-check/. Same browser rule as the site check.
+lab-check: $(STAMP)
+	$(PY) tools/lab_check.py notebooks --shots book/_build/lab-check $(if $(SITE_CHECK_REQUIRED),--require-browser)
+
+test: lint unit nbval book-html site-check lab-check
 	@echo "make test: all checks passed"
 
 book: $(STAMP)
