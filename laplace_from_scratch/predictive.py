@@ -65,19 +65,28 @@ def probit(f_mu: Tensor, f_var: Tensor) -> Tensor:
     return torch.softmax(kappa * f_mu, dim=-1)
 
 
-def sum_zero(f_var: Tensor) -> Tensor:
-    """C f_var C with C = I − 11ᵀ/K: the covariance of the centred logits f − mean(f)·1.
+def sum_zero(f_mu: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
+    """(C f_mu, C f_var C) with C = I − 11ᵀ/K: the mean and covariance of the centred
+    logits Cf = f − mean(f)·1.
 
-    f_var: (N, K, K) → (N, K, K).
+    f_mu: (N, K), f_var: (N, K, K) → (N, K), (N, K, K).
 
-    softmax(f) = softmax(f − mean(f)·1), so f ~ N(μ, V) and Cf ~ N(Cμ, CVC) give the
-    same predictive E[softmax]: the common-mode part of V, along 1/√K, is invisible to
-    softmax. :func:`probit` shrinks each logit by its own variance and cannot see that;
-    applied to (Cμ, CVC) it only sees what softmax sees.
+    softmax(Cf) = softmax(f), so f ~ N(μ, V) and Cf ~ N(Cμ, CVC) have the same
+    predictive E[softmax]: the common-mode part of V, along 1/√K, is invisible to
+    softmax. :func:`probit` shrinks each logit by its own variance, so it counts that
+    part as uncertainty; applied to (Cμ, CVC) it approximates the same predictive
+    without it.
+
+    The mean must be projected with the covariance: probit, softmax(κₖ μₖ) with κₖ =
+    1/√(1 + π/8 · Vₖₖ), scales each logit by its own κₖ, so it is *not* invariant to
+    adding a constant to every μₖ. With κ = (1, 0.5, 0.5) and μ = (0.5, 0, 0), the
+    first probability is 0.45; add 10 to every mean logit and it is 0.99. Probit on
+    (μ, CVC) pairs an uncentred mean with a centred covariance and approximates
+    neither Gaussian's predictive; probit on (Cμ, CVC) approximates both.
     """
-    K = f_var.shape[-1]
+    K = f_mu.shape[-1]
     C = torch.eye(K, dtype=f_var.dtype, device=f_var.device) - 1 / K
-    return C @ f_var @ C
+    return f_mu @ C, C @ f_var @ C
 
 
 def mc_softmax(

@@ -1,5 +1,5 @@
-"""Baselines (temperature scaling, ensembles, MC dropout), the sum-zero projection of the logit
-covariance, bootstrap AUROC intervals and the bin counts of reliability diagrams."""
+"""Baselines (temperature scaling, ensembles, MC dropout), the sum-zero projection of the logits'
+mean and covariance, bootstrap AUROC intervals and the bin counts of reliability diagrams."""
 
 import math
 
@@ -101,20 +101,57 @@ def test_sum_zero_projection():
     K = 4
     A = 0.3 * torch.randn(2, K, K, generator=g, dtype=torch.float64)
     V = A @ A.mT + 25 * torch.ones(K, K, dtype=torch.float64)  # a large common-mode part
-    W = lfs.sum_zero(V)
-    torch.testing.assert_close(W @ torch.ones(K, dtype=torch.float64), torch.zeros(2, K, dtype=torch.float64))
-    torch.testing.assert_close(W, W.mT)
-    torch.testing.assert_close(lfs.sum_zero(W), W)  # a projection
-    # the common mode is invisible to softmax: the MC predictive is the same for V and C V C
     mu = torch.randn(2, K, generator=g, dtype=torch.float64)
+    m, W = lfs.sum_zero(mu, V)
+    assert m.shape == (2, K) and W.shape == (2, K, K)
+    ones = torch.ones(K, dtype=torch.float64)
+    torch.testing.assert_close(m @ ones, torch.zeros(2, dtype=torch.float64))
+    torch.testing.assert_close(W @ ones, torch.zeros(2, K, dtype=torch.float64))
+    torch.testing.assert_close(m, mu - mu.mean(-1, keepdim=True))
+    torch.testing.assert_close(W, W.mT)
+    m2, W2 = lfs.sum_zero(m, W)  # a projection: applied twice, the same
+    torch.testing.assert_close(m2, m)
+    torch.testing.assert_close(W2, W)
+    # the common mode is invisible to softmax: the MC predictive is the same for N(μ, V)
+    # and N(Cμ, CVC)
     gen = torch.Generator().manual_seed(1)
     p_v = lfs.mc_softmax(mu, V, 200_000, gen)
-    p_w = lfs.mc_softmax(mu, W + 1e-9 * torch.eye(K, dtype=torch.float64), 200_000, gen)
+    p_w = lfs.mc_softmax(m, W + 1e-9 * torch.eye(K, dtype=torch.float64), 200_000, gen)
     assert (p_v - p_w).abs().max() < 5e-3  # MC standard error ≈ 1e-3 at 200,000 samples
-    # probit on the raw V shrinks every logit towards 0; on C V C it is much closer to MC
+    # probit on the raw V shrinks every logit by the common-mode variance too; on (Cμ,
+    # CVC) it does not, and lands much closer to MC
     err_raw = (lfs.probit(mu, V) - p_v).abs().max()
-    err_sz = (lfs.probit(mu, W) - p_v).abs().max()
+    err_sz = (lfs.probit(*lfs.sum_zero(mu, V)) - p_v).abs().max()
     assert err_sz < err_raw / 4
+
+
+def test_probit_after_sum_zero_ignores_a_common_shift_of_the_mean():
+    # κ = 1/√(1 + π/8 · Vₖₖ) = (1, 0.5, 0.5): probit scales each logit by its own κₖ,
+    # so adding 10 to every mean logit changes plain probit's answer
+    V = torch.diag(torch.tensor([0.0, 24 / math.pi, 24 / math.pi], dtype=torch.float64))[None]
+    mu = torch.tensor([[0.5, 0.0, 0.0]], dtype=torch.float64)
+    assert lfs.probit(mu, V)[0, 0].item() == pytest.approx(0.452, abs=1e-3)
+    assert lfs.probit(mu + 10, V)[0, 0].item() == pytest.approx(0.992, abs=1e-3)
+    # softmax(f + c·1) = softmax(f): after the projection probit cannot see c either
+    for c in (10.0, -3.0):
+        torch.testing.assert_close(lfs.probit(*lfs.sum_zero(mu + c, V)), lfs.probit(*lfs.sum_zero(mu, V)))
+    g = torch.Generator().manual_seed(2)
+    A = torch.randn(5, 4, 4, generator=g, dtype=torch.float64)
+    V, mu = A @ A.mT, torch.randn(5, 4, generator=g, dtype=torch.float64)
+    shift = 7 * torch.randn(5, 1, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(lfs.probit(*lfs.sum_zero(mu + shift, V)), lfs.probit(*lfs.sum_zero(mu, V)))
+    assert (lfs.probit(mu + shift, V) - lfs.probit(mu, V)).abs().max() > 0.01
+
+
+def test_probit_after_sum_zero_of_a_common_mode_covariance_is_softmax():
+    # V = s·11ᵀ moves every logit together: E[softmax(f)] = softmax(μ) exactly, and CVC = 0
+    g = torch.Generator().manual_seed(3)
+    mu = 3 * torch.randn(6, 5, generator=g, dtype=torch.float64)
+    s = torch.rand(6, 1, 1, generator=g, dtype=torch.float64) * 50
+    V = s * torch.ones(5, 5, dtype=torch.float64)
+    torch.testing.assert_close(lfs.probit(*lfs.sum_zero(mu, V)), torch.softmax(mu, -1))
+    # plain probit counts the common mode as uncertainty and flattens the prediction
+    assert (lfs.probit(mu, V) - torch.softmax(mu, -1)).abs().max() > 0.1
 
 
 def test_auroc_interval_equals_explicit_bootstrap():

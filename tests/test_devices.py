@@ -164,7 +164,7 @@ def exercise_functions(model, X: Tensor, y: Tensor) -> dict[str, Tensor]:
     scores.append(lfs.ood_auroc(probs[:2], probs[1:], "entropy"))
     out["metrics"] = theta.new_tensor(scores)
     out["calibration"] = torch.stack(lfs.calibration_curve(probs, y[:3], 4)[:2])
-    out["sum_zero"] = lfs.probit(f_mu, lfs.sum_zero(f_var))
+    out["sum_zero"] = lfs.probit(*lfs.sum_zero(f_mu, f_var))
     with torch.no_grad():
         logits = model(X)
     T = lfs.fit_temperature(logits, y)
