@@ -38,7 +38,7 @@ from pathlib import Path
 import nbformat
 from playwright.sync_api import Error as PlaywrightError
 from prose import SPAN, notebooks
-from site_check import FLAGS, RAW_TEX, find_browser
+from site_check import FLAGS, RAW_TEX, find_browser, report
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEWPORT = {"width": 1280, "height": 900}
@@ -224,10 +224,7 @@ def main() -> int:
                     page = context.new_page()
                     problems = check_notebook(page, base, token, root, rel, shots)
                     context.close()
-                    print(f"{rel}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
-                    for p in problems:
-                        print(f"    {p}")
-                    failures += bool(problems)
+                    failures += report(rel, problems)
                 browser.close()
         finally:
             proc.terminate()

@@ -195,6 +195,14 @@ def check_page(page, root: Path, base: str, rel: str, shots: Path) -> list[str]:
     return problems
 
 
+def report(name: str, problems: list[str]) -> bool:
+    """Print one page's (or notebook's) verdict and its problems; True if it has any."""
+    print(f"{name}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    for p in problems:
+        print(f"    {p}")
+    return bool(problems)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -238,11 +246,7 @@ def main() -> int:
                 page = context.new_page()
                 problems = check_page(page, root, base, rel, shots)
                 context.close()
-                status = "ok" if not problems else f"{len(problems)} problem(s)"
-                print(f"{rel}: {status}")
-                for p in problems:
-                    print(f"    {p}")
-                failures += bool(problems)
+                failures += report(rel, problems)
             browser.close()
     finally:
         server.shutdown()
