@@ -21,7 +21,6 @@ client); without it the check says SKIPPED and exits 0, or exits 1 with --requir
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import re
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import nbformat
 from playwright.sync_api import Error as PlaywrightError
-from prose import SPAN, notebooks
+from prose import SPAN, notebooks, shown
 from site_check import FLAGS, RAW_TEX, find_browser, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,11 +117,6 @@ def start_lab(settings_dir: Path, root: Path = ROOT) -> tuple[subprocess.Popen, 
             time.sleep(0.5)
     proc.kill()
     sys.exit("lab check: JupyterLab did not start:\n" + (settings_dir / "lab.log").read_text()[-3000:])
-
-
-def shown(value: str) -> str:
-    # a span's text as the rendered page shows it (tools/prose.py escapes HTML and Markdown)
-    return html.unescape(value).replace("\\*", "*").replace("\\_", "_")
 
 
 def expected_values(path: Path) -> list[list[str]]:

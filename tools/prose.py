@@ -57,6 +57,11 @@ def _cell_text(value: str) -> str:
     return html.escape(value, quote=False).replace("*", r"\*").replace("_", r"\_")
 
 
+def shown(text: str) -> str:
+    """A span's text as the rendered page shows it: the inverse of the escaping above."""
+    return html.unescape(text).replace(r"\*", "*").replace(r"\_", "_")
+
+
 def fill(nb: nbformat.NotebookNode) -> int:
     """Write each glued value into its spans; returns how many changed. Raises on a span with no value."""
     values = glued(nb)

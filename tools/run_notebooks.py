@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import torch
 from nbclient import NotebookClient
-from prose import fill
+from prose import fill, notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,10 +53,7 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="re-run every notebook")
     args = parser.parse_args()
     os.environ.update(PINNED)
-    notebooks = []
-    for p in args.paths:
-        notebooks += sorted(p.glob("[0-9][0-9]_*.ipynb")) if p.is_dir() else [p]
-    for path in notebooks:
+    for path in notebooks(args.paths):
         nb = nbformat.read(path, as_version=4)
         k = key(nb)
         if not args.force and nb.metadata.get("laplace_from_scratch", {}).get("key") == k:
