@@ -77,6 +77,11 @@ def as_like(value: float | Tensor, like: Tensor, name: str) -> Tensor:
                 f"{name} must be a real number or a real tensor, got dtype "
                 f"{value.dtype}"
             )
+        if value.is_meta and not like.is_meta:
+            raise InputTypeError(
+                f"{name} is a meta tensor, which holds no values: pass a number or a "
+                f"tensor with values (on any device; it is moved to {like.device})"
+            )
         return value.to(dtype=like.dtype, device=like.device)
     if value is None or isinstance(value, (bool, str)):
         raise InputTypeError(

@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from .dense import check_bytes
 from .devices import randn
+from .layer_predictive import LayerBlock
 from .layers import backprop_output_hessian_sqrt, conv_padding, supported_layers, unfold
 from .likelihoods import Likelihood
 
@@ -119,6 +120,12 @@ class KFAC:
         """Σₙ aₙ aₙᵀ for a Linear layer; (1/T) Σₙ Σₜ uₙₜ uₙₜᵀ over the unfolded patches
         for a Conv2d."""
         if isinstance(m, nn.Linear):
+            if x.ndim != 2:
+                raise NotImplementedError(
+                    "hessian_structure='kron' supports nn.Linear layers on (n, in) "
+                    f"inputs; one gets {tuple(x.shape)} (a sequence): use "
+                    "hessian_structure='diag' or 'full'"
+                )
             return x.T @ x
         U = unfold(m, x)  # (n, in·kh·kw, T)
         return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]
@@ -241,6 +248,16 @@ class KronPosterior:
             out = out + torch.einsum("nkp,p,nlp->nkl", Jt, 1 / ev, Jt)
             start += self.sizes[i]
         return out
+
+    def layer_blocks(self, prior: Tensor, factor: Tensor) -> list[LayerBlock]:
+        """Σ per block, for the layer-wise predictive (``layer_predictive.py``): the
+        eigenbases Q_B, Q_A and the reciprocal eigenvalues of the precision."""
+        return [
+            LayerBlock(1 / ev, QB, QA)
+            for ev, (_, QB, _, QA) in zip(
+                self.precision_eigvals(prior, factor), self.eig, strict=True
+            )
+        ]
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
         """diag(Σ), (P,)."""

@@ -51,6 +51,8 @@ from .checks import (
 from .curvature import jacobian_chunk
 from .devices import as_like, check_device
 from .jacobians import jacobian
+from .layer_predictive import glm_variance
+from .layers import supported_layers
 from .likelihoods import get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import prior_precision_diag
@@ -115,6 +117,7 @@ class Laplace:
         self._evidence_route = "auto"
         self.loss: Tensor | None = None
         self.n_data = self.n_outputs = 0
+        self.input_shape: tuple[int, ...] | None = None  # of one input, seen in fit
 
     def _select_weights(self):
         return select_weights(
@@ -265,6 +268,7 @@ class Laplace:
                 )
             w, builder = self.weights, self._builder
             loss, n_data, n_outputs = self.loss.clone(), self.n_data, self.n_outputs
+        input_shape = self.input_shape
         if progress_bar:
             from tqdm.auto import tqdm
 
@@ -289,6 +293,7 @@ class Laplace:
             # also checks the targets against the outputs
             loss = loss + self._lik.fit_loss(out, y)
             n_data, n_outputs = n_data + X.shape[0], out.shape[-1]
+            input_shape = tuple(X.shape[1:])
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         structure = builder.finish()
@@ -296,6 +301,7 @@ class Laplace:
         self.weights, self.mean = w, w.theta
         self.structure, self._builder = structure, builder
         self.loss, self.n_data, self.n_outputs = loss, n_data, n_outputs
+        self.input_shape = input_shape
 
     def _post(self):
         if self.structure is None:
@@ -524,20 +530,65 @@ class Laplace:
 
     # ----- predictions
     # ---------------------------------------------------------------------
+    def _check_x(self, x: Tensor) -> None:
+        """Inputs to predict at: a batch on θ*'s device that the model can take. An
+        input shaped unlike the training inputs is tried on the model once, so that a
+        model that cannot take it fails here, naming both shapes, and not deep in
+        torch."""
+        check_inputs(x, self.mean)
+        if self.input_shape is None or tuple(x.shape[1:]) == self.input_shape:
+            return
+        try:
+            with torch.no_grad():
+                self.weights.f(self.mean, x[:1])
+        except RuntimeError as e:
+            if isinstance(e, torch.OutOfMemoryError):
+                raise
+            raise ValueError(
+                f"x has shape {tuple(x.shape)}, but the model was fitted on inputs of "
+                f"shape (N, {', '.join(map(str, self.input_shape))}) and cannot take "
+                f"these: {e}"
+            ) from None
+
     def jacobians(self, x: Tensor) -> Tensor:
         """J = ∂f(x; θ)/∂θ at θ* over the Laplace weights, (N, K, P)."""
         return jacobian(self.weights.f, self.mean, x)
 
+    def _predictive_layers(self) -> list[nn.Module] | None:
+        """The layers of the layer-wise predictive (``layer_predictive.py``): for a
+        posterior with ``layer_blocks`` (diag, KFAC) over a module whose trainable
+        parameters all sit in Linear and Conv2d layers; None means per-example
+        Jacobians."""
+        if not hasattr(self._post(), "layer_blocks") or self.weights.module is None:
+            return None
+        return supported_layers(self.weights.module)
+
     def glm_predictive(self, x: Tensor, joint: bool = False) -> tuple[Tensor, Tensor]:
         """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without
         σ²); with ``joint=True`` over all N·K outputs together: (N·K,) and (N·K, N·K).
+
+        Diagonal and KFAC posteriors of Linear/Conv2d networks (all weights or the last
+        layer) never form J: ``layer_predictive.py`` computes f_var from each layer's
+        output gradients and inputs. Every other case forms J (N, K, P), a few inputs at
+        a time.
         """
+        self._check_x(x)
         with torch.no_grad():
             f_mu = self.weights.f(self.mean, x)
         if joint:
             J = self.jacobians(x)
             N, K, P = J.shape
             return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
+        layers = self._predictive_layers()
+        if layers is not None:  # diag and KFAC on Linear/Conv2d layers: no J
+            w = self.weights
+            theta = self.mean.detach().requires_grad_()  # so that each z needs grad
+            x_in = x if w.features is None else w.features(x)
+            blocks = self._post().layer_blocks(self.prior_precision, self._factor)
+            _, f_var = glm_variance(
+                lambda X: w.f_in(theta, X), w.module, layers, x_in, blocks
+            )
+            return f_mu, f_var
         # a few inputs at a time, so that their Jacobians stay below 1/256 of a P×P
         # matrix and 2²⁷ numbers (512 MiB in float32; most structures have no P×P)
         chunk = jacobian_chunk(f_mu.shape[-1], self.n_params, 1 / 256, cap=1 << 27)
@@ -571,7 +622,7 @@ class Laplace:
             "link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm")
         )
         check_count("n_samples", n_samples)
-        check_inputs(x, self.mean)
+        self._check_x(x)
         if pred_type == "nn":
             return self._lik.nn_link(
                 nn_samples(self.weights.f, x, self.sample(n_samples, generator))
@@ -606,7 +657,7 @@ class Laplace:
         N(θ*, Σ)."""
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_count("n_samples", n_samples)
-        check_inputs(x, self.mean)
+        self._check_x(x)
         if pred_type == "nn":
             return nn_samples(self.weights.f, x, self.sample(n_samples, generator))
         f_mu, f_var = self.glm_predictive(x)

@@ -21,6 +21,7 @@ Shapes: N examples (n in a batch), K outputs, T output positions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -86,11 +87,15 @@ class Backprop:
     grads: list[list[Tensor]]
 
 
-def backprop_output_hessian_sqrt(
-    model: nn.Module, layers: list[nn.Module], X: Tensor, likelihood: Likelihood
-) -> Backprop:
-    """One forward pass of X with hooks on ``layers``, then K backward passes of the
-    columns of Λ^½."""
+def forward_with_hooks(
+    forward: Callable[[Tensor], Tensor],
+    model: nn.Module,
+    layers: list[nn.Module],
+    X: Tensor,
+) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """``forward(X)`` (the network ``model``, or a functional call of it) with forward
+    hooks on ``layers``: the outputs f (n, K) with their graph, each layer's input
+    (detached) and each layer's output z (in the graph, to pull gradients back to)."""
     inputs: dict[nn.Module, Tensor] = {}
     outputs: dict[nn.Module, Tensor] = {}
 
@@ -100,15 +105,33 @@ def backprop_output_hessian_sqrt(
     handles = [m.register_forward_hook(hook) for m in layers]
     try:  # backward hooks are attached in the forward pass: none on our graph
         with torch.enable_grad(), backward_hooks_off(model):
-            f = model(X)
+            f = forward(X)
     finally:
         for h in handles:
             h.remove()
-    S = symmetric_sqrt(likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
-    zs = [outputs[m] for m in layers]
+    return f, [inputs[m] for m in layers], [outputs[m] for m in layers]
+
+
+def pull_back(
+    f: Tensor, zs: list[Tensor], S: Tensor | None = None
+) -> list[list[Tensor]]:
+    """``grads[c][i]``: Σₙ sₙ꜀ᵀ f(xₙ) differentiated with respect to layer i's output
+    zs[i], whose row n is gₙ꜀ = Jzₙᵀ sₙ꜀. S (n, K, K) holds the columns sₙ꜀; None
+    means the unit vectors, so that gₙₖ = ∂fₖ(xₙ)/∂zₙ. One backward pass per column."""
     K = f.shape[1]
-    grads = [
-        list(torch.autograd.grad((S[:, :, c] * f).sum(), zs, retain_graph=c < K - 1))
-        for c in range(K)
-    ]
-    return Backprop(f.detach(), [inputs[m] for m in layers], grads)
+    with torch.enable_grad():  # also under the caller's no_grad
+        cols = [f[:, c] if S is None else (S[:, :, c] * f).sum(1) for c in range(K)]
+        return [
+            list(torch.autograd.grad(col.sum(), zs, retain_graph=c < K - 1))
+            for c, col in enumerate(cols)
+        ]
+
+
+def backprop_output_hessian_sqrt(
+    model: nn.Module, layers: list[nn.Module], X: Tensor, likelihood: Likelihood
+) -> Backprop:
+    """One forward pass of X with hooks on ``layers``, then K backward passes of the
+    columns of Λ^½."""
+    f, inputs, zs = forward_with_hooks(model, model, layers, X)
+    S = symmetric_sqrt(likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
+    return Backprop(f.detach(), inputs, pull_back(f, zs, S))

@@ -91,7 +91,8 @@ def brier(probs: Tensor, y: Tensor) -> float:
     only p(y = 1): both classes contribute the same squared error).
     """
     _check(probs, y)
-    onehot = torch.nn.functional.one_hot(y, probs.shape[1]).to(probs.dtype)
+    # one_hot takes int64 only; _check accepted any integer dtype
+    onehot = torch.nn.functional.one_hot(y.long(), probs.shape[1]).to(probs.dtype)
     return (probs - onehot).pow(2).sum(-1).mean().item()
 
 

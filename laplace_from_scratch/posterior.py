@@ -39,6 +39,7 @@ from torch import Tensor
 
 from . import dense
 from .devices import randn
+from .layer_predictive import LayerBlock
 
 
 def prior_precision_diag(
@@ -569,6 +570,13 @@ class DiagPosterior:
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
         return torch.einsum("nkp,p,nlp->nkl", J, self.variance(prior, factor), J)
+
+    def layer_blocks(self, prior: Tensor, factor: Tensor) -> list[LayerBlock]:
+        """Σ per parameter tensor, for the layer-wise predictive
+        (``layer_predictive.py``): the variances, in no rotated basis."""
+        return [
+            LayerBlock(v) for v in self.variance(prior, factor).split(self.param_sizes)
+        ]
 
     def sample(
         self, n_samples: int, prior: Tensor, factor: Tensor, generator=None

@@ -363,3 +363,26 @@ def test_matrix_free_checks_its_lanczos_bases(monkeypatch):
         la.log_marginal_likelihood()
     with pytest.raises(MemoryError, match=r"Lanczos with \d+ steps needs a 1051×"):
         la.sample(2)
+
+
+def test_inputs_the_model_cannot_take_name_both_shapes(clf):
+    la, X, _ = clf
+    bad = torch.randn(4, 3, dtype=D)
+    for call in [lambda: la(bad), lambda: la(bad, pred_type="nn"), lambda: la.functional_samples(bad)]:
+        with pytest.raises(ValueError, match=r"x has shape \(4, 3\), but the model was fitted .* \(N, 2\)"):
+            call()
+    assert la(X[:4]).shape == (4, 3)
+
+
+def test_brier_takes_any_integer_labels():
+    probs = torch.softmax(torch.randn(6, 3, generator=torch.Generator().manual_seed(0)), -1)
+    y = torch.tensor([0, 1, 2, 2, 1, 0])
+    assert lfs.metrics.brier(probs, y.int()) == lfs.metrics.brier(probs, y)
+
+
+def test_a_hyperparameter_on_the_meta_device_is_refused(reg):
+    la = reg[0]
+    before = state(la)
+    with pytest.raises(ValueError, match="prior_precision is a meta tensor"):
+        la.prior_precision = torch.tensor(1.0, device="meta")
+    assert same(before, state(la))
