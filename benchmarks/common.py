@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -9,7 +10,32 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+# Pieces of a sweep for a borrowed GPU (``scale.py --plan``): commands run at most 10
+# minutes, so a piece is planned to take at most PIECE_S seconds, and inside a piece
+# every measurement is stopped after CELL_TIMEOUT_S: a piece stopped by the 10-minute
+# limit and run again starts with the measurement that was cut off (the record keeps
+# every one before it) and finishes it within one command.
+PIECE_S = 480
+CELL_TIMEOUT_S = 420
+# How a piece's time on an H100 is estimated (``scale.py --plan``,
+# ``bench_full_memory.estimate``): each measurement takes OVERHEAD_S (a fresh process:
+# interpreter, imports and data take 4.4 s on 2 CPU threads, the CUDA context and
+# warm-ups are allowed the rest) plus SAFETY times its work, at most its timeout. The
+# work is a recorded CPU time of the same measurement at a smaller size, scaled to the
+# size of the cell and divided by the CPU -> H100 speed ratio: DENSE for dense float32
+# linear algebra (full Laplace: a Cholesky of P = 19,090 ran at 112 GFLOP/s on 2 CPU
+# threads in results/bench_full_memory_2026-11-23_cpu.json, one of P = 135,000 at 48
+# TFLOP/s on an H100 (DESIGN.md), 430, taken as 400), OTHER for the rest (memory- and
+# launch-bound work, where a GPU gains far less: an assumption, to be corrected from the
+# first pieces).
+OVERHEAD_S = 10.0
+SAFETY = 1.5
+DENSE, OTHER = 400.0, 20.0
 
 
 def cpu_name() -> str:
@@ -75,6 +101,66 @@ def run_fresh(script: str, cfg: dict, timeout: int) -> dict:
     return {**cfg, **json.loads(lines[-1][7:])}
 
 
+def nearest(rows: list[dict], size: Callable[[dict], float], P: float) -> dict | None:
+    """The row of ``rows`` whose ``size`` is nearest to ``P`` on a log scale (None if
+    there is none)."""
+    import math
+
+    return min(rows, key=lambda r: abs(math.log(size(r) / P)), default=None)
+
+
+def pack(
+    groups: list[tuple[str, list[tuple[str, float]]]], limit: float, overhead: float
+) -> list[tuple[list[str], list[str], float]]:
+    """Consecutive ``groups``, ``(name, [(implementation, seconds), ...])``, packed into
+    pieces ``(names, implementations, seconds)`` of at most ``limit`` seconds with
+    ``overhead`` once per piece, in order; a group too long for one piece is split by
+    its implementations (a single measurement longer than a piece gets a piece of its
+    own)."""
+    pieces: list[tuple[list[str], list[str], float]] = []
+    names: list[str] = []
+    impls: dict[str, None] = {}
+    total = overhead
+    for name, cells in groups:
+        cost = sum(t for _, t in cells)
+        if names and total + cost > limit:
+            pieces.append((names, list(impls), total))
+            names, impls, total = [], {}, overhead
+        if overhead + cost <= limit:
+            names.append(name)
+            impls |= dict.fromkeys(i for i, _ in cells)
+            total += cost
+            continue
+        part: list[str] = []
+        for impl, t in cells:
+            if part and total + t > limit:
+                pieces.append(([name], part, total))
+                part, total = [], overhead
+            part.append(impl)
+            total += t
+        pieces.append(([name], part, total))
+        total = overhead
+    if names:
+        pieces.append((names, list(impls), total))
+    return pieces
+
+
+def fresh_process_args(ap: argparse.ArgumentParser, name: str, timeout: int) -> None:
+    """The options of a benchmark that measures in fresh processes (:func:`run_fresh`):
+    the training set and batch size, the device, the timeout per process, the output
+    file and the hidden ``--one`` of the child process (:func:`child`)."""
+    ap.add_argument("--n-train", type=int, default=500)
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--timeout", type=int, default=timeout)
+    ap.add_argument(
+        "--out",
+        default=None,
+        help=f"output file (default results/{name}_<date>_<device>.json)",
+    )
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+
+
 def child(args, measure) -> bool:
     """In a process started by :func:`run_fresh` (``--one <cfg>``): run ``measure``,
     print its result."""
@@ -93,10 +179,13 @@ def machine_meta(device: str, **extra) -> dict:
     import laplace
     import torch
 
+    cuda = device == "cuda"
     return {
         "date": datetime.date.today().isoformat(),
         "device": device,
-        "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+        "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
+        "driver": _driver() if cuda else None,
+        "cuda": torch.version.cuda,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "laplace_torch": getattr(laplace, "__version__", "0.3"),
@@ -105,12 +194,139 @@ def machine_meta(device: str, **extra) -> dict:
     }
 
 
+def _driver() -> str | None:
+    try:
+        q = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        return (
+            subprocess.run(q, capture_output=True, text=True, timeout=30).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def device_slug(meta: dict) -> str:
+    """``cpu``, or ``cuda-`` and the GPU's name in lower case with dashes (for file
+    names)."""
+    if meta["device"] != "cuda":
+        return meta["device"]
+    name = "".join(c if c.isalnum() else "-" for c in meta["device_name"].lower())
+    return "cuda-" + "-".join(filter(None, name.split("-")))
+
+
+def record_path(
+    name: str, meta: dict, out: Path | None = None, resume: bool = False
+) -> Path:
+    """``out``, or results/<name>_<date>_<device>.json (device: :func:`device_slug`).
+    With ``resume`` and no ``out``: the newest results/<name>_*_<device>.json that
+    pieces wrote (``meta["resume"]``), if there is one, so that pieces run on later days
+    add to one record, named by the day of its first piece."""
+    if out is not None:
+        return out
+    slug = device_slug(meta)
+    if resume:
+        for path in sorted(RESULTS.glob(f"{name}_*_{slug}.json"), reverse=True):
+            if json.loads(path.read_text())["meta"].get("resume"):
+                return path
+    return RESULTS / f"{name}_{meta['date']}_{slug}.json"
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (a temporary file beside it, then
+    ``os.replace``): a run stopped at any point leaves the old content or the new, never
+    part of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+class Record:
+    """A record ``{"meta", "rows"}`` that a run adds rows to, written after every row
+    (atomically), so that a run stopped at any point leaves a valid record.
+
+    ``append``: the rows already at ``path`` stay and this run's follow; ``resume``: the
+    same, and :meth:`has` tells which cells (``cell(row)``) they hold, so that a piece
+    of a sweep skips what an earlier piece recorded. Rows are only added to a record of
+    the same device name and the same ``settings`` (keys of ``meta["args"]``). ``meta``
+    becomes this run's (date, machine, versions, options); ``meta["runs"]`` lists every
+    run that wrote to the record, each with its options, date, device, versions, the
+    rows it added and whether it finished. With ``path=None`` nothing is written."""
+
+    RUN_KEYS = (
+        "date",
+        "device_name",
+        "driver",
+        "cuda",
+        "torch",
+        "laplace_torch",
+        "python",
+    )
+    TRANSIENT = ("weights", "probs_file", "probs")  # meaningful during the run only
+
+    def __init__(
+        self,
+        path: Path | None,
+        meta: dict,
+        cell: Callable[[dict], tuple],
+        *,
+        append: bool = False,
+        resume: bool = False,
+        settings: tuple[str, ...] = (),
+    ):
+        self.path, self.meta, self.cell, self.rows = path, meta, cell, []
+        old = {}
+        if (append or resume) and path is not None and path.exists():
+            old = json.loads(path.read_text())
+            m = old["meta"]
+            args = m.get("args", {})
+            differ = [k for k in settings if args.get(k) != meta["args"].get(k)]
+            differ += ["device_name"] * (m["device_name"] != meta["device_name"])
+            if differ:
+                raise SystemExit(
+                    f"{path} was recorded with another {', '.join(differ)}: give a new "
+                    "record with --out"
+                )
+        self.before = old.get("meta", {})
+        self.old = old.get("rows", [])
+        self.recorded = {cell(r) for r in self.old} if resume else set()
+        self.run = {**meta["args"], **{k: meta.get(k) for k in self.RUN_KEYS}}
+        self.run |= {"rows_added": 0, "finished": False}
+        # a record from before runs were listed: its options are its one run
+        runs = self.before.get("runs", [self.before.get("args", {})]) if old else []
+        meta["runs"] = [*runs, self.run]
+        meta["resume"] = resume or self.before.get("resume", False)
+
+    def has(self, cell: tuple) -> bool:
+        return cell in self.recorded
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        self.run["rows_added"] += 1
+        self.write()
+
+    def all_rows(self) -> list[dict]:
+        return self.old + self.rows
+
+    def record(self) -> dict:
+        """``{"meta", "rows"}`` as written: the rows of earlier runs, then this
+        run's."""
+        rows = [
+            {k: v for k, v in r.items() if k not in self.TRANSIENT}
+            for r in self.all_rows()
+        ]
+        return {"meta": self.meta, "rows": rows}
+
+    def write(self, finished: bool = False) -> None:
+        self.run["finished"] = finished
+        if self.path is not None:
+            write_json(self.path, self.record())
+
+
 def write_record(
     name: str, meta: dict, rows: list[dict], out: str | None = None
 ) -> Path:
     """Write {"meta", "rows"} to ``out`` or results/<name>_<date>_<device>.json; returns
     the path."""
-    root = Path(__file__).resolve().parent.parent / "results"
-    path = Path(out) if out else root / f"{name}_{meta['date']}_{meta['device']}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    path = record_path(name, meta, Path(out) if out else None)
+    write_json(path, {"meta": meta, "rows": rows})
     return path

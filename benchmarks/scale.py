@@ -33,6 +33,8 @@ ran.
 
     # = make bench-gpu: the GPU sweep, P ≈ 1e4 … 1e7
     python benchmarks/scale.py --preset gpu
+    # the same sweep, with bench_full_memory.py's, as pieces for a borrowed GPU (below)
+    python benchmarks/scale.py --preset gpu --plan [--json]
     # the same command at CPU size: seconds
     python benchmarks/scale.py --preset gpu --device cpu --data digits \
         --models mlp:8:1 --n-train 100 --inprocess
@@ -42,16 +44,31 @@ ran.
 Model specs: ``mlp:W:D`` (D hidden tanh layers of W units) and ``cnn:C1:C2``
 (:func:`models.cnn`). Writes ``results/scale_<date>_<device>.json``, ``.md`` (the
 summary table and the machine) and ``.png`` (or ``--out``); ``<device>`` is ``cpu``, or
-``cuda-<gpu name>`` (e.g. ``cuda-nvidia-h100-80gb-hbm3``).
+``cuda-<gpu name>`` (e.g. ``cuda-nvidia-h100-80gb-hbm3``). The record is written after
+every cell, so a run stopped at any point leaves a valid one.
+
+Pieces (``--plan``): a borrowed GPU runs commands of at most 10 minutes, so the sweep
+(and ``bench_full_memory.py`` at ``--full-memory-widths``) is printed as commands, each
+a piece estimated at most ``--piece-s`` seconds on an H100 and covering its cells
+exactly once, most valuable first: full Laplace at the memory limit
+(bench_full_memory.py), matrix-free at P ≈ 1e7, every structure at P ≈ 1.8M, the rest.
+Each piece runs with ``--resume``: it adds to one record per device (the newest that
+pieces wrote, else a new one) and skips the cells recorded there, so running a piece
+again, after it was stopped or on a later loan, goes on where it stopped;
+``meta["runs"]`` says which pieces ran, on which device, with which versions. The MAP
+weights and predicted probabilities of resumed runs stay beside the record (``.work/``,
+git-ignored): pieces run on one machine share the weights and are compared across
+pieces; on another machine a model is trained again, and compared among the cells
+measured there.
+How a piece's time is estimated: :func:`cell_estimate` and ``common.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
+import itertools
 import json
-import platform
-import subprocess
+import shlex
 import sys
 import tempfile
 import time
@@ -60,11 +77,31 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RssPeak, cpu_name, run_fresh  # noqa: E402
+from common import (  # noqa: E402
+    CELL_TIMEOUT_S,
+    DENSE,
+    OTHER,
+    OVERHEAD_S,
+    PIECE_S,
+    RESULTS,
+    SAFETY,
+    Record,
+    RssPeak,
+    machine_meta,
+    nearest,
+    pack,
+    record_path,
+    run_fresh,
+)
 
 STRUCTURES = ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron", "matfree")
 BACKENDS = ("curvlinops", "backpack", "asdl")  # curvlinops: laplace-torch's default
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+# the options that define a measurement: rows are only added to a record made with the
+# same values
+SETTINGS = ("device", "data", "n_train", "n_test", "n_query", "batch_size", "delta0")
+SETTINGS += ("train_steps", "matfree_query", "tune_max_p")
+# the recorded CPU times that --plan scales to estimate the GPU's
+REFERENCE = RESULTS / "scale_2026-11-23_cpu.json"
 
 # The GPU sweep (``--preset gpu``): MNIST-5k, N = 4000 training images; MLPs from P ≈
 # 1e4 to ≈ 1e7 and a CNN. Full Laplace runs up to P ≈ 1.3e5, where one float32 P×P
@@ -92,6 +129,8 @@ PRESETS = {
         "curvlinops_full_max_p": 40_000,
         "tune_max_p": 40_000,
         "timeout": 600,
+        # --plan: bench_full_memory.py's pieces come first (the Makefile's widths)
+        "full_memory_widths": [14, 56, 96, 128, 170],
     }
 }
 
@@ -116,6 +155,15 @@ def build_model(spec: str, data, device: str):
     else:
         raise ValueError(f"model spec must be mlp:W:D or cnn:C1:C2, got {spec!r}")
     return model.to(device)
+
+
+def posterior_size(model, structure: str) -> int:
+    """The posterior's parameter count: the network's, or for ``ll-*`` its last layer's
+    (as ``Laplace(subset_of_weights="last_layer")`` finds it)."""
+    from laplace_from_scratch.functional import find_last_layer
+
+    part = find_last_layer(model)[1] if structure.startswith("ll-") else model
+    return sum(p.numel() for p in part.parameters())
 
 
 def inputs(spec: str, X):
@@ -161,7 +209,9 @@ def train(cfg: dict, path: Path) -> dict:
             .float()
             .mean()
         )
-    torch.save(model.state_dict(), path)
+    # whole or absent, even if stopped here: later pieces reuse it
+    torch.save(model.state_dict(), path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
     return {
         "P": sum(p.numel() for p in model.parameters()),
         "train_s": time.perf_counter() - t0,
@@ -192,7 +242,6 @@ def measure(cfg: dict) -> dict:
     process."""
     import laplace_from_scratch as lfs
     import torch
-    from laplace_from_scratch.functional import find_last_layer
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
@@ -211,13 +260,7 @@ def measure(cfg: dict) -> dict:
     structure = cfg["structure"]
     subset = "last_layer" if structure.startswith("ll-") else "all"
     hs = structure.removeprefix("ll-")
-    # the posterior's parameter count, for the query chunks (the last layer as
-    # Laplace(subset_of_weights="last_layer") finds it)
-    if subset == "all":
-        P_post = P
-    else:
-        _, last = find_last_layer(model)
-        P_post = sum(p.numel() for p in last.parameters())
+    P_post = posterior_size(model, structure)  # for the query chunks
     out: dict = {"P": P}
 
     def sync():
@@ -345,7 +388,9 @@ def run(cfg: dict, timeout: int) -> dict:
 
 def agreement(rows: list[dict]) -> None:
     """Adds, to each reference row, its differences from ours (same model and
-    structure); to matfree rows, the differences from our full."""
+    structure); to matfree rows, the differences from our full. Rows without their
+    probabilities (``probs_file``: of an earlier run) are left out."""
+    rows = [r for r in rows if "probs_file" in r]
     key = lambda r: (r["model"], r["structure"])  # noqa: E731
     ours = {key(r): r for r in rows if r["impl"] == "ours" and "error" not in r}
     for r in rows:
@@ -529,6 +574,198 @@ def plot(records: list[dict], path: Path | None = None, title: str = ""):
     return fig
 
 
+def r_cell(row: dict) -> tuple[str, str, str]:
+    """The cell of a row: (model, structure, implementation)."""
+    return row["model"], row["structure"], row["impl"]
+
+
+def cells(models, structures, impls) -> list[tuple[str, str, str]]:
+    """The (model, structure, implementation) cells of a sweep, in the order it runs
+    them (matfree is ours only)."""
+    return [
+        (m, s, i)
+        for m in models
+        for s in structures
+        for i in impls
+        if s != "matfree" or i == "ours"
+    ]
+
+
+def skip_reason(args, structure: str, impl: str, P: int) -> str | None:
+    """Why a cell is not run at this P (a size limit), or None."""
+    limits = [("full", args.full_max_p, "--full-max-p")]
+    limits += [("matfree", args.matfree_max_p, "--matfree-max-p")]
+    if impl == "curvlinops":
+        limits += [("full", args.curvlinops_full_max_p, "--curvlinops-full-max-p")]
+    for s, limit, option in limits:
+        if structure == s and P > limit:
+            return f"skipped: P > {option} {limit}"
+    return None
+
+
+def model_sizes(specs, cfg: dict) -> dict[str, tuple[int, int]]:
+    """``{spec: (P, P of its last layer)}`` for models on the data of ``cfg``."""
+    data = load_data(cfg)
+    sizes = {}
+    for spec in specs:
+        model = build_model(spec, data, "cpu")
+        sizes[spec] = (posterior_size(model, "full"), posterior_size(model, "ll-full"))
+    return sizes
+
+
+def cell_estimate(args, cell, sizes: dict, ref: dict, timeout: float) -> float:
+    """Seconds a cell is expected to take on an H100 (``--device cuda``; on the CPU of
+    REFERENCE for ``--device cpu``): OVERHEAD_S for its process (none ``--inprocess``)
+    and SAFETY × its work, at most ``timeout``; a cell skipped by a size limit takes
+    none.
+
+    The work is REFERENCE's time of the same structure and implementation, from the
+    recorded model of the same kind (else of any kind) whose posterior size P is
+    nearest, scaled to this cell: fit ∝ N·P^a, predict ∝ (test queries)·P^b (matfree: ∝
+    N·P, CG runs over the data), δ tuning ∝ P^b, with (a, b) = (2, 3) for full and
+    ll-full (the GGN is N·K·P², a factorisation P³), (1, 1) otherwise; full Laplace's
+    tuning where REFERENCE did not tune: 100 Cholesky factorisations
+    (``bench_full_memory.cholesky_s``). Divided by the CPU → H100 ratio (``common.py``):
+    DENSE for full and ll-full, OTHER otherwise. No recorded row that finished: the
+    timeout."""
+    from bench_full_memory import cholesky_s
+
+    spec, structure, impl = cell
+    P = sizes[spec][0]
+    if skip_reason(args, structure, impl, P):
+        return 0.0
+
+    def post(spec: str, sizes: dict = sizes) -> int:  # the posterior's size
+        return sizes[spec][structure.startswith("ll-")]
+
+    dense = structure in ("full", "ll-full")
+    a, b = (2, 3) if dense else (1, 1)
+    done = [
+        r
+        for r in ref["rows"]
+        if (r["structure"], r["impl"]) == (structure, impl) and "predict_s" in r
+    ]
+    kind = [r for r in done if r["model"].split(":")[0] == spec.split(":")[0]]
+    r = nearest(kind or done, lambda r: post(r["model"], ref["sizes"]), post(spec))
+    work = float("inf")
+    if r is not None:
+        x = post(spec) / post(r["model"], ref["sizes"])
+        n = args.n_train / ref["meta"]["args"]["n_train"]
+        q = args.n_query / ref["meta"]["args"]["n_query"]
+        work = r["fit_s"] * n * x**a
+        work += r["predict_s"] * (n if structure == "matfree" else q) * x**b
+        if structure != "matfree" and (not dense or P <= args.tune_max_p):
+            tuned = "tune_s" in r
+            work += r["tune_s"] * x**b if tuned else 100 * cholesky_s(post(spec))
+    ratio = 1.0 if args.device == "cpu" else DENSE if dense else OTHER
+    return (0.0 if args.inprocess else OVERHEAD_S) + min(SAFETY * work / ratio, timeout)
+
+
+def value(P: int, structure: str) -> int:
+    """The order of the pieces: 0 matrix-free at P ≈ 1e7, 1 every structure at P ≈ 1.8M,
+    2 the rest (full Laplace at the memory limit, bench_full_memory.py, comes before
+    all)."""
+    if structure == "matfree" and P >= 5_000_000:
+        return 0
+    return 1 if 1_000_000 <= P < 5_000_000 else 2
+
+
+# options a piece sets itself, dropped from the command --plan was given
+PIECE_OWN = ("--plan", "--json", "--piece-s", "--full-memory-widths", "--models")
+PIECE_OWN += ("--structures", "--impls", "--timeout", "--resume", "--append", "--one")
+
+
+def plan(args, argv: list[str]) -> list[dict]:
+    """The sweep of ``args`` (and bench_full_memory.py at ``--full-memory-widths``) as
+    pieces: ``[{"command", "estimate_s", "cells"}, ...]``, each estimated at most
+    ``--piece-s`` seconds (:func:`cell_estimate`; a piece adds OVERHEAD_S and its
+    model's training), every cell in exactly one, in the order of :func:`value`. Each
+    command is ``argv`` less :data:`PIECE_OWN`, with ``--resume``, a cell timeout that
+    lets a stopped piece finish its first cell when run again, and the piece's cells."""
+    import bench_full_memory as fm
+
+    timeout = min(args.timeout, CELL_TIMEOUT_S)
+    py = ["python3"]
+    pieces = []
+    if args.full_memory_widths:
+        fm_args = fm.parse(["--device", args.device, "--timeout", str(timeout)])
+        groups = [
+            (str(w), [(i, fm.estimate(fm_args, w, i)) for i in fm.IMPLS])
+            for w in sorted(args.full_memory_widths, reverse=True)
+        ]
+        for widths, impls, t in pack(groups, args.piece_s, OVERHEAD_S):
+            cmd = [*py, "benchmarks/bench_full_memory.py", "--device", args.device]
+            cmd += ["--resume", "--timeout", str(timeout), "--widths", *widths]
+            pieces.append((cmd + ["--impls", *impls], t, len(widths) * len(impls)))
+    ref = json.loads(REFERENCE.read_text())
+    keys = ("data", "n_train", "n_test")
+    sizes = model_sizes(args.models, {k: getattr(args, k) for k in keys})
+    ref_data = {k: ref["meta"]["args"][k] for k in keys}
+    ref["sizes"] = model_sizes(ref["meta"]["models"], ref_data)
+    todo = cells(args.models, args.structures, args.impls)
+    est = {c: cell_estimate(args, c, sizes, ref, timeout) for c in todo}
+    order = sorted(
+        dict.fromkeys(c[:2] for c in todo),
+        key=lambda c: (
+            value(sizes[c[0]][0], c[1]),
+            args.models.index(c[0]),
+            args.structures.index(c[1]),
+        ),
+    )
+    base = [a for a, keep in zip(argv, _kept(argv), strict=True) if keep]
+    for _, run_ in itertools.groupby(order, key=lambda c: c[0]):
+        run_ = list(run_)
+        model = run_[0][0]
+        groups = [
+            (s, [(c[2], est[c]) for c in todo if c[:2] == (m, s)]) for m, s in run_
+        ]
+        overhead = OVERHEAD_S + train_estimate(args, model, sizes, ref)
+        for structures, impls, t in pack(groups, args.piece_s, overhead):
+            cmd = [*py, "benchmarks/scale.py", *base, "--resume"]
+            cmd += ["--timeout", str(timeout), "--models", model]
+            cmd += ["--structures", *structures, "--impls", *impls]
+            pieces.append((cmd, t, len(cells([model], structures, impls))))
+    return [
+        {"command": shlex.join(c), "estimate_s": round(t), "cells": n}
+        for c, t, n in pieces
+    ]
+
+
+def _kept(argv: list[str]) -> list[bool]:
+    """For each word of ``argv``: whether it belongs to an option not in PIECE_OWN."""
+    keep, out = True, []
+    for a in argv:
+        if a.startswith("--"):
+            keep = a.split("=", 1)[0] not in PIECE_OWN
+        out.append(keep)
+    return out
+
+
+def train_estimate(args, spec: str, sizes: dict, ref: dict) -> float:
+    """Seconds of MAP training: REFERENCE's of the nearest recorded model of the same
+    kind (else any), ∝ N·P, times SAFETY, divided by OTHER (on a GPU)."""
+    models, P = ref["meta"]["models"], sizes[spec][0]
+    kind = [m for m in models if m.split(":")[0] == spec.split(":")[0]] or list(models)
+    m = nearest(kind, lambda m: ref["sizes"][m][0], P)
+    n = args.n_train / ref["meta"]["args"]["n_train"]
+    t = models[m]["train_s"] * n * P / ref["sizes"][m][0]
+    return SAFETY * t / (1.0 if args.device == "cpu" else OTHER)
+
+
+def plan_text(pieces: list[dict], device: str) -> str:
+    """The plan as a table, with its total."""
+    lines = [f"{'piece':>5} {'cells':>5} {'estimate':>9}  command"]
+    for k, p in enumerate(pieces, 1):
+        lines.append(f"{k:>5} {p['cells']:>5} {p['estimate_s']:>7} s  {p['command']}")
+    total = sum(p["estimate_s"] for p in pieces)
+    where = "on an H100" if device == "cuda" else "on the CPU"
+    lines.append(
+        f"total: {len(pieces)} pieces, {sum(p['cells'] for p in pieces)} cells, "
+        f"{total} s ({total / 60:.0f} min) estimated {where}"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -583,14 +820,40 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--out",
         default=None,
-        help="output stem (default results/scale_<date>_<device>)",
+        help="output stem (default results/scale_<date>_<device>; - writes nothing)",
     )
     ap.add_argument(
         "--append",
         action="store_true",
         help="add the rows to an existing record at --out",
     )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="add to the record (without --out: the newest that pieces wrote for this "
+        "device) and skip the cells it holds",
+    )
+    ap.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the sweep as pieces (commands with estimates) and exit",
+    )
+    ap.add_argument("--json", action="store_true", help="--plan as JSON")
+    ap.add_argument(
+        "--piece-s",
+        type=float,
+        default=PIECE_S,
+        help="--plan: the most a piece may be estimated to take",
+    )
+    ap.add_argument(
+        "--full-memory-widths",
+        type=int,
+        nargs="*",
+        default=[],
+        help="--plan: widths of bench_full_memory.py's pieces, planned first",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
     pre = ap.parse_known_args(argv)[0].preset
     # the preset's values become defaults; options given on the command line still win
     if pre:
@@ -605,11 +868,15 @@ def main(argv: list[str] | None = None) -> dict:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         print("RESULT " + json.dumps(measure(cfg)), flush=True)
         return {}
+    if args.plan:
+        pieces = plan(args, argv)
+        print(
+            json.dumps(pieces, indent=1)
+            if args.json
+            else plan_text(pieces, args.device)
+        )
+        return {"pieces": pieces}
 
-    import laplace
-    import torch
-
-    tmp = Path(tempfile.mkdtemp(prefix="scale_"))
     base = {
         k: getattr(args, k)
         for k in ("device", "data", "n_train", "n_test", "n_query", "batch_size")
@@ -622,112 +889,74 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_mem_gb": args.cpu_mem_gb,
         "inprocess": args.inprocess,
     }
-    rows, models = [], {}
+    plan_only = ("one", "plan", "json", "piece_s", "full_memory_widths")
+    options = {k: v for k, v in vars(args).items() if k not in plan_only}
+    meta = machine_meta(args.device, args=options, dtype="float32")
+    out = None if args.out is None else Path(args.out).with_suffix(".json")
+    path = None if args.out == "-" else record_path("scale", meta, out, args.resume)
+    rec = Record(
+        path,
+        meta,
+        r_cell,
+        append=args.append or args.resume,
+        resume=args.resume,
+        settings=SETTINGS,
+    )
+    meta["models"] = dict(rec.before.get("models", {}))
+    # with --resume, the MAP weights and the predicted probabilities stay in a folder
+    # beside the record: the pieces run on one machine share the weights, and agreement
+    # is computed across them
+    if args.resume and path is not None:
+        work = path.with_suffix(".work")
+        work.mkdir(exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="scale_"))
+
+    def probs_file(model: str, structure: str, impl: str) -> Path:
+        return work / f"{model.replace(':', '_')}_{structure}_{impl}.npy"
+
     for spec in args.models:
-        weights = tmp / f"{spec.replace(':', '_')}.pt"
-        models[spec] = train({**base, "model": spec}, weights)
-        P = models[spec]["P"]
-        print(
-            f"{spec}: P = {P}, MAP test accuracy {models[spec]['test_acc']:.3f}",
-            flush=True,
-        )
-        for s in args.structures:
-            for impl in args.impls:
-                if s == "matfree" and impl != "ours":
-                    continue
-                cfg = {
-                    **base,
-                    "model": spec,
-                    "structure": s,
-                    "impl": impl,
-                    "weights": str(weights),
-                }
-                cfg["probs_file"] = str(
-                    tmp / f"{spec.replace(':', '_')}_{s}_{impl}.npy"
-                )
-                if s == "full" and P > args.full_max_p:
-                    rows.append(
-                        {
-                            **cfg,
-                            "P": P,
-                            "error": f"skipped: P > --full-max-p {args.full_max_p}",
-                        }
-                    )
-                elif s == "matfree" and P > args.matfree_max_p:
-                    rows.append(
-                        {
-                            **cfg,
-                            "P": P,
-                            "error": "skipped: P > --matfree-max-p "
-                            f"{args.matfree_max_p}",
-                        }
-                    )
-                elif (
-                    s == "full"
-                    and impl == "curvlinops"
-                    and P > args.curvlinops_full_max_p
-                ):
-                    rows.append(
-                        {
-                            **cfg,
-                            "P": P,
-                            "error": "skipped: P > --curvlinops-full-max-p "
-                            f"{args.curvlinops_full_max_p}",
-                        }
-                    )
-                else:
-                    rows.append({"P": P, **run(cfg, args.timeout)})
-                r = rows[-1]
-                _write_partial(args, rows)  # a crash later loses nothing
-                if "error" in r:
-                    status = r["error"]
-                else:
-                    mem = (
-                        f"{r['peak_bytes'] / 2**20:9.1f} MiB"
-                        if "peak_bytes" in r
-                        else ""
-                    )
-                    fit, pred = r["fit_s"], r["predict_s"]
-                    status = f"fit {fit:8.3f} s  predict {pred:7.3f} s {mem}"
-                print(f"  {s:>8} {impl:>10}: {status}", flush=True)
-    agreement(rows)
+        todo = cells([spec], args.structures, args.impls)
+        left = [c for c in todo if not rec.has(c)]
+        if len(left) < len(todo):
+            print(f"{spec}: {len(todo) - len(left)} cells recorded in {path}, skipped")
+        if not left:
+            continue
+        weights = work / f"{spec.replace(':', '_')}.pt"
+        if not (weights.exists() and spec in meta["models"]):
+            for stale in work.glob(f"{weights.stem}_*.npy"):  # of other weights
+                stale.unlink()
+            meta["models"][spec] = train({**base, "model": spec}, weights)
+        for r in rec.old:  # cells of earlier pieces on these weights
+            if r["model"] == spec and probs_file(*r_cell(r)).exists():
+                r["probs_file"] = str(probs_file(*r_cell(r)))
+        P = meta["models"][spec]["P"]
+        acc = meta["models"][spec]["test_acc"]
+        print(f"{spec}: P = {P}, MAP test accuracy {acc:.3f}", flush=True)
+        for _, s, impl in left:
+            cfg = {**base, "model": spec, "structure": s, "impl": impl}
+            cfg["weights"] = str(weights)
+            cfg["probs_file"] = str(probs_file(spec, s, impl))
+            skipped = skip_reason(args, s, impl, P)
+            if skipped:
+                r = {**cfg, "P": P, "error": skipped}
+            else:
+                r = {"P": P, **run(cfg, args.timeout)}
+            agreement([*rec.all_rows(), r])
+            rec.add(r)  # written: a crash later loses nothing
+            if "error" in r:
+                status = r["error"]
+            else:
+                mem = f"{r['peak_bytes'] / 2**20:9.1f} MiB" if "peak_bytes" in r else ""
+                fit, pred = r["fit_s"], r["predict_s"]
+                status = f"fit {fit:8.3f} s  predict {pred:7.3f} s {mem}"
+            print(f"  {s:>8} {impl:>10}: {status}", flush=True)
+    rec.write(finished=True)
+    record = rec.record()
+    rows = record["rows"]
     print("\n" + summary(rows))
-    meta = {
-        "date": datetime.date.today().isoformat(),
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name()
-        if args.device == "cuda"
-        else cpu_name(),
-        "driver": _driver() if args.device == "cuda" else None,
-        "cuda": torch.version.cuda,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "laplace_torch": getattr(laplace, "__version__", "0.3"),
-        "python": platform.python_version(),
-        "args": {k: v for k, v in vars(args).items() if k != "one"},
-        "models": models,
-        "dtype": "float32",
-    }
-    for r in rows:  # temporary paths mean nothing once the run is over
-        for k in ("weights", "probs_file"):
-            r.pop(k, None)
-    record = {"meta": meta, "rows": rows}
-    if args.out != "-":
-        stem = (
-            Path(args.out)
-            if args.out
-            else RESULTS / f"scale_{meta['date']}_{device_slug(meta)}"
-        )
-        # one record from several invocations
-        if args.append and stem.with_suffix(".json").exists():
-            old = json.loads(stem.with_suffix(".json").read_text())
-            meta["models"] = {**old["meta"]["models"], **models}
-            meta["runs"] = [
-                *old["meta"].get("runs", [old["meta"]["args"]]),
-                meta["args"],
-            ]
-            record["rows"] = rows = old["rows"] + rows
-        stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    if path is not None:
+        stem = path.with_suffix("")
         title = (
             f"{meta['device_name']}, torch {meta['torch']}, "
             f"laplace-torch {meta['laplace_torch']}, {meta['date']}"
@@ -736,15 +965,6 @@ def main(argv: list[str] | None = None) -> dict:
         stem.with_suffix(".md").write_text(markdown(record))
         print(f"\nwrote {stem}.json, .md and .png")
     return record
-
-
-def device_slug(meta: dict) -> str:
-    """``cpu``, or ``cuda-`` and the GPU's name in lower case with dashes (for file
-    names)."""
-    if meta["device"] != "cuda":
-        return meta["device"]
-    name = "".join(c if c.isalnum() else "-" for c in meta["device_name"].lower())
-    return "cuda-" + "-".join(filter(None, name.split("-")))
 
 
 def markdown(record: dict) -> str:
@@ -789,28 +1009,6 @@ def markdown(record: dict) -> str:
             for r in peaks
         ]
     return "\n".join(lines) + "\n"
-
-
-def _write_partial(args, rows: list[dict]) -> None:
-    if args.out != "-":
-        path = Path(args.out or RESULTS / "scale").with_suffix(".partial.json")
-        path.write_text(
-            json.dumps(
-                [{k: v for k, v in r.items() if k not in ("weights",)} for r in rows],
-                indent=1,
-            )
-        )
-
-
-def _driver() -> str | None:
-    try:
-        q = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        return (
-            subprocess.run(q, capture_output=True, text=True, timeout=30).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 if __name__ == "__main__":

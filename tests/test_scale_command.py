@@ -1,7 +1,12 @@
 """The GPU comparison command (``make bench-gpu``, i.e. ``benchmarks/scale.py --preset gpu``) runs end to
-end at CPU size: the same code path, every structure and every laplace-torch backend, in seconds."""
+end at CPU size: the same code path, every structure and every laplace-torch backend, in seconds. Its plan
+of pieces for a borrowed GPU (``--plan``) covers the preset exactly once, and pieces run one after the
+other, resuming one record, give the cells of one run."""
 
+import itertools
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,16 +16,46 @@ import pytest
 pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
 
 ROOT = Path(__file__).resolve().parents[1]
+SCALE = [sys.executable, str(ROOT / "benchmarks" / "scale.py")]
+SMALL = ["--preset", "gpu", "--device", "cpu", "--data", "digits", "--models", "mlp:8:1", "--n-train", "100"]
+SMALL += ["--n-test", "50", "--n-query", "20", "--train-steps", "50", "--inprocess"]
+STRUCTURES = ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron", "matfree")
+IMPLS = ("ours", "curvlinops", "backpack", "asdl")
 
 
-def test_gpu_command_runs_at_cpu_size(tmp_path):
-    out = tmp_path / "scale_smoke"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--preset", "gpu", "--device", "cpu"]
-    cmd += ["--data", "digits", "--models", "mlp:8:1", "--n-train", "100", "--n-test", "50"]
-    cmd += ["--n-query", "20", "--train-steps", "50", "--inprocess", "--out", str(out)]
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
-    record = json.loads(out.with_suffix(".json").read_text())
+    return run
+
+
+def _cells(record: dict) -> list[tuple[str, str, str]]:
+    return [(r["model"], r["structure"], r["impl"]) for r in record["rows"]]
+
+
+def _options(command: str) -> dict[str, list[str]]:
+    """The options of a command line, each with its values."""
+    words = shlex.split(command)
+    out, key = {"": words[:2]}, ""
+    for w in words[2:]:
+        if w.startswith("--"):
+            key = w
+            out[key] = []
+        else:
+            out[key].append(w)
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory) -> dict:
+    """The GPU command at CPU size, in one run."""
+    out = tmp_path_factory.mktemp("one") / "scale_smoke"
+    _run([*SCALE, *SMALL, "--out", str(out)])
+    return {"record": json.loads(out.with_suffix(".json").read_text()), "out": out}
+
+
+def test_gpu_command_runs_at_cpu_size(one_run):
+    record, out = one_run["record"], one_run["out"]
     assert record["meta"]["device"] == "cpu" and record["meta"]["laplace_torch"]
     cells = {(r["structure"], r["impl"]) for r in record["rows"] if "error" not in r}
     for s in ("full", "diag", "kron", "ll-full", "ll-diag", "ll-kron"):
@@ -37,3 +72,81 @@ def test_gpu_command_runs_at_cpu_size(tmp_path):
             assert r["evidence_rel"] < 1e-4 and r["probs_maxabs"] < 1e-4, r
     assert out.with_suffix(".md").read_text().startswith("# Ours vs laplace-torch at scale")
     assert out.with_suffix(".png").stat().st_size > 0
+    (run,) = record["meta"]["runs"]
+    assert run["finished"] and run["rows_added"] == len(record["rows"]) == 25
+
+
+def test_plan_covers_the_gpu_preset_once():
+    pieces = json.loads(_run([*SCALE, "--preset", "gpu", "--plan", "--json"]).stdout)
+    assert all(0 < p["estimate_s"] <= 480 for p in pieces), pieces
+    scale, memory = [], []
+    for p in pieces:
+        o = _options(p["command"])
+        assert "--resume" in o and int(o["--timeout"][0]) <= 420, p
+        if o[""][1].endswith("bench_full_memory.py"):
+            assert not scale, "bench_full_memory.py's pieces come first"
+            cells = list(itertools.product(map(int, o["--widths"]), o["--impls"]))
+            memory += cells
+        else:
+            assert o["--preset"] == ["gpu"], p
+            cells = itertools.product(o["--models"], o["--structures"], o["--impls"])
+            cells = [c for c in cells if c[1] != "matfree" or c[2] == "ours"]
+            scale += cells
+        assert p["cells"] == len(cells), p
+    # every (model, structure, implementation) cell of the preset exactly once: 8 models x
+    # (6 structures x 4 implementations + matfree, ours only)
+    assert len(scale) == len(set(scale)) == 8 * 25
+    models = {c[0] for c in scale}
+    expected = {(m, s, i) for m in models for s in STRUCTURES for i in IMPLS if s != "matfree" or i == "ours"}
+    assert set(scale) == expected
+    # bench_full_memory.py at the Makefile's widths, every implementation, exactly once
+    make = (ROOT / "Makefile").read_text()
+    widths = [int(w) for w in re.search(r"bench_full_memory\.py .*--widths ([\d ]+)", make)[1].split()]
+    assert len(memory) == len(set(memory)) == len(widths) * 4 and {w for w, _ in memory} == set(widths)
+    # most valuable first: full Laplace at the memory limit, matfree at P ≈ 1e7, every structure at 1.8M
+    options = [_options(p["command"]) for p in pieces]
+    assert options[0]["--widths"][0] == str(max(widths))
+    after = [o for o in options if "--models" in o]
+    assert (after[0]["--models"], after[0]["--structures"]) == (["mlp:2800:2"], ["matfree"])
+    assert after[1]["--models"] == ["mlp:1000:2"]
+
+
+def test_pieces_resume_one_record(one_run, tmp_path):
+    out = tmp_path / "pieces"
+    # the plan of a small sweep (ours and BackPACK, five structures) is one piece: run it
+    # as two, ours then BackPACK, one after the other, into one record
+    some, impls = list(STRUCTURES[1:6]), ["ours", "backpack"]
+    small = [*SMALL, "--full-memory-widths", "--out", str(out), "--structures", *some, "--impls", *impls]
+    (piece,) = json.loads(_run([*SCALE, *small, "--plan", "--json"]).stdout)
+    words = shlex.split(piece["command"])
+    assert words[:2] == ["python3", "benchmarks/scale.py"] and words[-3:] == ["--impls", *impls]
+    assert words[words.index("--structures") + 1 : -3] == some
+    for impl in impls:
+        _run([sys.executable, *words[1:-2], impl])
+    record = json.loads(out.with_suffix(".json").read_text())
+    one = [c for c in _cells(one_run["record"]) if c[1] in some and c[2] in impls]
+    assert sorted(_cells(record)) == sorted(one)
+    assert [r["rows_added"] for r in record["meta"]["runs"]] == [5, 5]
+    # BackPACK against ours of the piece before: both on the weights trained once
+    assert all("evidence_rel" in r for r in record["rows"] if r["impl"] != "ours")
+    # a piece run again: its cells are recorded, nothing is added
+    again = _run([sys.executable, *words[1:-2], "ours"])
+    assert "5 cells recorded" in again.stdout
+    rerun = json.loads(out.with_suffix(".json").read_text())
+    assert rerun["rows"] == record["rows"]
+    assert [r["rows_added"] for r in rerun["meta"]["runs"]] == [5, 5, 0]
+    assert all(r["finished"] and r["device_name"] and r["torch"] for r in rerun["meta"]["runs"])
+
+
+def test_full_memory_pieces_resume(tmp_path):
+    out = tmp_path / "fm.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_full_memory.py"), "--widths", "1"]
+    cmd += ["--n-train", "100", "--curvlinops-max-p", "0", "--resume", "--out", str(out)]
+    _run([*cmd, "--impls", "ours-one-buffer"])
+    second = _run([*cmd, "--impls", "ours-one-buffer", "curvlinops"])
+    assert "recorded in" in second.stdout
+    record = json.loads(out.read_text())
+    assert [(r["width"], r["impl"]) for r in record["rows"]] == [(1, "ours-one-buffer"), (1, "curvlinops")]
+    assert record["rows"][0]["predict_peak_buffers"] > 0 and "probs" not in record["rows"][0]
+    assert record["rows"][1]["error"].startswith("skipped")
+    assert [r["rows_added"] for r in record["meta"]["runs"]] == [1, 1]
