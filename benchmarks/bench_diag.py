@@ -44,22 +44,22 @@ BACKENDS = ["curvlinops", "backpack", "asdl"]
 
 
 def build(cfg: dict):
-    import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch import helpers
     from torch import nn
 
-    data = lfs.image_data(
+    data = helpers.image_data(
         "mnist", n_train=cfg["n_train"], n_test=10, dtype=torch.float32
     )
     if cfg["model"] == "cnn":
-        model = lfs.cnn(
+        model = helpers.cnn(
             10, image_size=28, channels=(8, 16), seed=0, dtype=torch.float32
         )
         X = data.X_train
     else:
         width = int(cfg["model"].split(":")[1])
         model = nn.Sequential(
-            *lfs.mlp(784, 10, width=width, depth=2, seed=0, dtype=torch.float32)
+            *helpers.mlp(784, 10, width=width, depth=2, seed=0, dtype=torch.float32)
         )
         X = data.X_train.flatten(1)
     return model.to(cfg["device"]), X.to(cfg["device"]), data.y_train.to(cfg["device"])

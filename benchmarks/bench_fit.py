@@ -47,13 +47,14 @@ def measure(cfg: dict) -> dict:
     """One measurement, meant to run in its own process."""
     import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch import helpers
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
     device = cfg["device"]
-    data = lfs.sinusoid(dtype=torch.float32)
+    data = helpers.sinusoid(dtype=torch.float32)
     X, y = data.X_train.to(device), data.y_train.to(device)
-    model = lfs.mlp(1, 1, width=cfg["width"], dtype=torch.float32).to(device)
+    model = helpers.mlp(1, 1, width=cfg["width"], dtype=torch.float32).to(device)
     loader = DataLoader(TensorDataset(X, y), batch_size=150)
     kw = dict(
         subset_of_weights=cfg["subset"],

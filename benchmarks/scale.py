@@ -137,19 +137,19 @@ PRESETS = {
 
 def build_model(spec: str, data, device: str):
     """A float32 model from its spec string, initialised with seed 0."""
-    import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch import helpers
 
     kind, *dims = spec.split(":")
     side = data.X_train.shape[-1]
     if kind == "mlp":
         width, depth = (int(d) for d in dims)
-        model = lfs.mlp(
+        model = helpers.mlp(
             side * side, data.n_classes, width=width, depth=depth, dtype=torch.float32
         )
     elif kind == "cnn":
         c1, c2 = (int(d) for d in dims)
-        model = lfs.cnn(
+        model = helpers.cnn(
             data.n_classes, image_size=side, channels=(c1, c2), dtype=torch.float32
         )
     else:
@@ -171,10 +171,10 @@ def inputs(spec: str, X):
 
 
 def load_data(cfg: dict):
-    import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch import helpers
 
-    return lfs.image_data(
+    return helpers.image_data(
         cfg["data"], cfg["n_train"], cfg["n_test"], dtype=torch.float32
     )
 
@@ -182,8 +182,8 @@ def load_data(cfg: dict):
 def train(cfg: dict, path: Path) -> dict:
     """MAP training (full-batch Adam on the summed cross-entropy + δ/2‖θ‖²); saves the
     weights."""
-    import laplace_from_scratch as lfs
     import torch
+    from laplace_from_scratch import helpers
 
     torch.manual_seed(0)
     data = load_data(cfg)
@@ -191,7 +191,7 @@ def train(cfg: dict, path: Path) -> dict:
     model = build_model(cfg["model"], data, dev)
     X, y = inputs(cfg["model"], data.X_train).to(dev), data.y_train.to(dev)
     t0 = time.perf_counter()
-    lfs.train_map(
+    helpers.train_map(
         model,
         X,
         y,

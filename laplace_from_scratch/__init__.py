@@ -1,31 +1,26 @@
 """laplace_from_scratch: the Laplace approximation for deep networks, built piece by
 piece.
 
-One file per idea; see the notebooks for the story.
+One file per idea; see the notebooks for the story. This top level is the Laplace
+approximation only. The notebooks' support code (toy data, models, MAP training,
+metrics, distribution shift, baselines, plotting) lives apart, in
+``laplace_from_scratch.helpers``, and nothing here imports it.
 
 Device policy (``devices.py``): every tensor the module creates lives on the device, and
 has the dtype, of the parameters it approximates or of the input it derives from.
 Hyperparameters given as numbers or as tensors on another device are converted when set;
 random draws accept a CPU generator (drawn there, then moved: the same numbers on every
 device) or one on the model's device; data on another device than the model is an error
-naming both. Toy data sets are made on the CPU: move them with ``.to(device)``.
+naming both. The helpers' toy data sets are made on the CPU: move them with
+``.to(device)``.
 """
 
-from .baselines import ensemble_probs, fit_temperature, mc_dropout_probs
 from .curvature import (
     empirical_fisher,
     exact_hessian,
     ggn,
     ggn_from_jacobians,
     residual_term,
-)
-from .data import (
-    ImageData,
-    image_data,
-    sinusoid,
-    toy_linear,
-    toy_multiclass,
-    toy_nonlinear,
 )
 from .devices import InputTypeError
 from .functional import (
@@ -37,19 +32,6 @@ from .functional import (
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
-from .metrics import (
-    accuracy,
-    auroc,
-    auroc_interval,
-    brier,
-    calibration_curve,
-    ece,
-    nll,
-    ood_auroc,
-    ood_auroc_interval,
-    ood_score,
-)
-from .models import PinnedZeroLogit, cnn, mlp
 from .posterior import (
     EigenPosterior,
     cholesky,
@@ -74,40 +56,9 @@ from .predictive import (
     sum_zero,
     two_class,
 )
-from .shift import fgsm, invert, noise_images, rotate
-from .training import (
-    fit_map,
-    map_objective,
-    mean_objective,
-    minimize,
-    prior_precision_to_weight_decay,
-    train_map,
-    weight_decay_to_prior_precision,
-)
 
 __all__ = [
-    "auroc_interval",
-    "ensemble_probs",
-    "fit_temperature",
-    "mc_dropout_probs",
-    "ood_auroc_interval",
     "sum_zero",
-    "accuracy",
-    "auroc",
-    "brier",
-    "calibration_curve",
-    "ece",
-    "nll",
-    "ood_auroc",
-    "ood_score",
-    "fgsm",
-    "invert",
-    "noise_images",
-    "rotate",
-    "ImageData",
-    "image_data",
-    "cnn",
-    "PinnedZeroLogit",
     "Bernoulli",
     "Categorical",
     "EigenPosterior",
@@ -134,7 +85,6 @@ __all__ = [
     "empirical_fisher",
     "entropy",
     "exact_hessian",
-    "fit_map",
     "flatten_params",
     "get_likelihood",
     "ggn",
@@ -142,18 +92,7 @@ __all__ = [
     "jacobian",
     "jacobian_loop",
     "make_functional",
-    "map_objective",
-    "mean_objective",
-    "minimize",
-    "mlp",
-    "prior_precision_to_weight_decay",
     "residual_term",
-    "sinusoid",
-    "toy_linear",
-    "toy_multiclass",
-    "toy_nonlinear",
-    "train_map",
     "unflatten_params",
     "vector_to_model",
-    "weight_decay_to_prior_precision",
 ]

@@ -19,9 +19,13 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def check_count(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def check_count(name: str, value, minimum: int = 1) -> None:
+    """An integer ``value`` (not a bool) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        need = (
+            f"at least {minimum} (an integer)" if minimum > 1 else "a positive integer"
+        )
+        raise ValueError(f"{name} must be {need}, got {value!r}")
 
 
 def check_positive(name: str, value) -> None:
@@ -41,13 +45,13 @@ def check_indices(indices: Tensor | None, n_params: int) -> Tensor:
         or indices.numel() == 0
     ):
         raise ValueError(
-            "subnetwork_indices must be a non-empty 1-D LongTensor of flat parameter "
-            "indices"
+            "subnetwork_indices must be a non-empty 1-D LongTensor "
+            "of flat parameter indices"
         )
     if indices.min() < 0 or indices.max() >= n_params:
         raise ValueError(
-            f"subnetwork_indices must lie in [0, {n_params}), got [{indices.min()}, "
-            f"{indices.max()}]"
+            f"subnetwork_indices must lie in [0, {n_params}), "
+            f"got [{indices.min()}, {indices.max()}]"
         )
     if indices.unique().numel() != indices.numel():
         raise ValueError("subnetwork_indices must not repeat an index")
@@ -84,15 +88,15 @@ def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
     X, y = batch
     if not isinstance(X, Tensor) or not isinstance(y, Tensor):
         raise TypeError(
-            f"each batch must be an (X, y) pair of tensors, got ({type(X).__name__}, "
-            f"{type(y).__name__})"
+            "each batch must be an (X, y) pair of tensors, "
+            f"got ({type(X).__name__}, {type(y).__name__})"
         )
     check_device(X, like, "the inputs X")
     check_device(y, like, "the targets y")
     if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
         raise ValueError(
-            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) "
-            "dimension; "
+            f"X {tuple(X.shape)} and y {tuple(y.shape)} "
+            "must share a first (batch) dimension; "
             "DataLoader(batch_size=None) yields single examples without one"
         )
     if X.is_floating_point() and X.dtype != like.dtype:

@@ -33,6 +33,17 @@ from .functional import Functional
 from .jacobians import jacobian
 from .likelihoods import Likelihood
 
+# Whitened Jacobians are formed a chunk of examples at a time (jacobian_chunk), the
+# chunk a fraction of one P×P matrix where full Laplace holds P×P buffers anyway:
+CHUNK_FRACTION = 1 / 64  # beside H as it accumulates: 1.6 % more memory
+CHUNK_FRACTION_TIGHT = 1 / 256  # one_buffer, and the predictive beside full Laplace
+CHUNK_FLOOR = 1 << 20  # 2²⁰ numbers (4 MiB in float32): always affordable, still fast
+CHUNK_CAP = 1 << 27  # 2²⁷ numbers (512 MiB in float32) where no P×P matrix exists
+# Whitened Jacobians (M × P, M < P) that FullGGN keeps for the dual route, at most
+DUAL_FRACTION = 1 / 4  # of one P×P matrix, beside H, or
+DUAL_FLOOR_BYTES = 1 << 26  # 64 MiB if more (small models: cheap, and the fast route)
+DUAL_FRACTION_ONE_BUFFER = 1 / 32  # of one P×P matrix with one_buffer (no floor)
+
 
 def ggn_from_jacobians(J: Tensor, Lam: Tensor) -> Tensor:
     """Σₙ Jₙᵀ Λₙ Jₙ. J: (N, K, P), Λ: (N, K, K) → (P, P)."""
@@ -110,13 +121,9 @@ def whitened_jacobians(
     for start in range(0, X.shape[0], batch_size):
         Xb = X[start : start + batch_size]
         with torch.no_grad():
-            # (n, K, K)
             sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
-        rows.append(
-            torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb)).reshape(
-                -1, theta.numel()
-            )
-        )
+        Jw = torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb))  # (n, K, P)
+        rows.append(Jw.reshape(-1, theta.numel()))
     return torch.cat(rows)
 
 
@@ -134,26 +141,25 @@ def ggn_diagonal(
     """
     d = torch.zeros_like(theta)
     for start in range(0, X.shape[0], batch_size):
-        d += (
-            whitened_jacobians(f, theta, X[start : start + batch_size], likelihood) ** 2
-        ).sum(0)
+        Xb = X[start : start + batch_size]
+        d += (whitened_jacobians(f, theta, Xb, likelihood) ** 2).sum(0)
     return d
 
 
 def jacobian_chunk(
     n_outputs: int,
     n_params: int,
-    fraction: float = 1 / 64,
+    fraction: float = CHUNK_FRACTION,
     cap: float = float("inf"),
 ) -> int:
-    """How many examples' Jacobians (K × P each) to form at a time: enough for 2²⁰
-    numbers (4 MiB in float32), or, where P×P is large, up to ``fraction`` of one P×P
-    matrix (the memory budget of everything dense that is not the P×P buffers), but
-    at most ``cap`` numbers: where no P×P matrix exists (diagonal, KFAC, matrix-free at
-    P ~ 10⁶), a fraction of one is no budget at all. At least one example."""
+    """How many examples' Jacobians (K × P numbers each) to form at a time: as many as
+    fit in min(``fraction``·P², ``cap``) numbers (a fraction of one P×P matrix, the
+    budget of everything dense beside the P×P buffers; ``cap`` where no P×P matrix
+    exists: diagonal, KFAC, matrix-free at P ~ 10⁶), or in :data:`CHUNK_FLOOR` numbers
+    if that is more (the floor wins over ``cap``), and at least one example."""
     K = max(n_outputs, 1)
     budget = min(fraction * n_params * n_params, cap)
-    return max(1, int(budget / (K * n_params)), (1 << 20) // (K * n_params))
+    return max(1, int(budget / (K * n_params)), CHUNK_FLOOR // (K * n_params))
 
 
 class FunctionalBuilder:
@@ -180,8 +186,8 @@ class FullGGN(FunctionalBuilder):
     """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the
     whitened Jacobians J̃ = Λ^½ J of each batch, computed a few examples at a time
     (:func:`jacobian_chunk`). While N·K < P and the J̃ take at most a quarter of a P×P
-    matrix (or 64 MiB, whichever is larger; 1/32 of it with ``one_buffer``) they are
-    kept for the dual route of the evidence
+    matrix (or 64 MiB, whichever is larger; 1/32 of it with ``one_buffer``) these
+    chunks are kept (``jacobian_chunks``) for the dual route of the evidence
     (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past that they are
     dropped at once. Before allocating H, :func:`~laplace_from_scratch.dense.check_fits`
     checks that it fits the device."""
@@ -193,6 +199,8 @@ class FullGGN(FunctionalBuilder):
         likelihood: Likelihood,
         param_sizes: list[int],
         one_buffer: bool = False,
+        in_place: bool = False,
+        evidence_route: str = "auto",
     ):
         super().__init__(f, theta, likelihood, param_sizes)
         P = theta.numel()
@@ -200,44 +208,55 @@ class FullGGN(FunctionalBuilder):
             P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters"
         )
         self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
-        self.blocks: list[Tensor] | None = []
-        self.one_buffer = one_buffer
+        self.jacobian_chunks: list[Tensor] | None = []
+        # options of the posterior (``posterior.FullPosterior``)
+        self.one_buffer, self.in_place, self.route = (
+            one_buffer,
+            in_place,
+            evidence_route,
+        )
         self._posterior = None
-        entries_64mib = 2**26 // (torch.finfo(theta.dtype).bits // 8)
-        self.dual_budget = P * P // 32 if one_buffer else max(P * P // 4, entries_64mib)
+        fraction = DUAL_FRACTION_ONE_BUFFER if one_buffer else DUAL_FRACTION
+        floor = 0 if one_buffer else DUAL_FLOOR_BYTES // theta.element_size()
+        self.dual_budget = max(int(P * P * fraction), floor)  # numbers
 
     def update(self, X: Tensor) -> Tensor:
         out = self.outputs(X)
         P = self.theta.numel()
-        chunk = jacobian_chunk(out.shape[-1], P, 1 / 256 if self.one_buffer else 1 / 64)
+        fraction = CHUNK_FRACTION_TIGHT if self.one_buffer else CHUNK_FRACTION
+        chunk = jacobian_chunk(out.shape[-1], P, fraction)
         for start in range(0, X.shape[0], chunk):
             Jw = whitened_jacobians(
                 self.f, self.theta, X[start : start + chunk], self.likelihood, chunk
             )
             self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
-            if self.blocks is not None:
-                self.blocks.append(Jw)
-                M = sum(b.shape[0] for b in self.blocks)
-                if M >= P or M * P > self.dual_budget:
-                    self.blocks = None  # too many for the dual route: stop keeping them
+            kept = self.jacobian_chunks
+            if kept is not None:
+                kept.append(Jw)
+                M = sum(b.shape[0] for b in kept)
+                if M >= P or M * P > self.dual_budget:  # too many for the dual route
+                    self.jacobian_chunks = None
         return out
 
     def finish(self):
         from .posterior import FullPosterior
 
-        Jw = torch.cat(self.blocks) if self.blocks else None
+        Jw = torch.cat(self.jacobian_chunks) if self.jacobian_chunks else None
         if Jw is not None:
-            self.blocks = [Jw]  # one copy, shared with the posterior
+            self.jacobian_chunks = [Jw]  # one copy, shared with the posterior
         self._posterior = FullPosterior(
-            self.H, self.param_sizes, Jw, one_buffer=self.one_buffer
+            self.H,
+            self.param_sizes,
+            Jw,
+            self.route,
+            one_buffer=self.one_buffer,
+            in_place=self.in_place,
         )
         return self._posterior
 
     @property
     def can_update(self) -> bool:
-        """False once the posterior has overwritten H with its
-        factor (one-buffer mode).
-        """
+        """False once the posterior has overwritten H with its factor (one_buffer)."""
         return self._posterior is None or self._posterior._H is not None
 
 

@@ -30,6 +30,7 @@ Shapes: P rows and columns, b the block size.
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 from torch import Tensor
@@ -174,3 +175,64 @@ def inverse_diagonal(L: Tensor, block_size: int | None = None) -> Tensor:
             torch.linalg.solve_triangular(L[k:, k:], E, upper=False).square().sum(0)
         )
     return out
+
+
+class InPlaceFactor:
+    """The memory-limit layer of the full posterior (``posterior.FullPosterior``):
+    Σ⁻¹ = c·H + diag(p₀) is formed and factored in place (:func:`cholesky_`) in one
+    P×P buffer, reused for every new (p₀, c): a second buffer beside H, or H itself
+    when a second does not fit (or ``one_buffer=True``; a warning says so: H is then
+    lost, and p₀ and c are fixed at their first values). Jitter follows the module's
+    one rule (``posterior.jitters``)."""
+
+    def __init__(self, H: Tensor, one_buffer: bool = False):
+        n = H.shape[0]
+        self.one_buffer = one_buffer or not fits(dense_bytes(n, H.dtype), H.device)
+        if self.one_buffer:
+            warnings.warn(
+                f"one P×P buffer only (P = {n}): the GGN is overwritten by the factor "
+                "of the posterior precision; a later change of δ or σ needs the eigen "
+                "route or a new fit",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        self.buffer = H if self.one_buffer else torch.empty_like(H)
+
+    def factor(self, H: Tensor, p0: Tensor, factor: Tensor) -> Tensor:
+        """L with L Lᵀ = c·H + diag(p₀), in the buffer. H (P, P), p₀ (P,) → L (P, P)."""
+        from .posterior import jitters
+
+        buf = self.buffer
+        diag = factor * H.diagonal() + p0
+        if not torch.isfinite(diag).all():
+            raise ValueError(
+                "the posterior precision contains NaN or inf "
+                "(check the curvature and δ, σ)"
+            )
+        for jitter in jitters(diag.abs().mean()):
+            if torch.is_tensor(jitter) and buf is H:
+                raise ValueError(
+                    "the posterior precision is not positive definite, and with one "
+                    "P×P buffer it cannot be rebuilt for jitter: use a larger prior "
+                    "precision, or fit again with memory for two"
+                )
+            if buf is not H:
+                buf.copy_(H)
+            buf.mul_(factor)
+            buf.diagonal().add_(p0 + jitter)
+            try:
+                L = cholesky_(buf)
+            except NotPositiveDefinite:
+                continue
+            if torch.is_tensor(jitter):
+                warnings.warn(
+                    "posterior precision not positive definite: added jitter "
+                    f"{float(jitter):.3g}·I to factorise it",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            return L
+        raise ValueError(
+            "Cholesky failed even with jitter: the posterior precision is far from "
+            "positive definite"
+        )

@@ -28,8 +28,8 @@ exact block is then Σₙ Σₜₜ' (Jzₙₜᵀ Λₙ Jzₙₜ') ⊗ (uₙₜ u
 backend (curvlinops' KFAC-"expand", Eschenhagen et al. 2023), we treat the N·T (example,
 position) pairs as independent inputs of a Linear layer sharing W:
 
-B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ  (out, out),     A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ  (in·kh·kw,
-in·kh·kw),
+    B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ  (out, out),
+    A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ  (in·kh·kw, in·kh·kw),
 
 i.e. B sums over positions while A averages over them (curvlinops divides its patch
 covariance by the batch size times T, and laplace-torch rescales each batch's A by batch
@@ -55,6 +55,7 @@ from .devices import randn
 from .layer_predictive import LayerBlock
 from .layers import backprop_output_hessian_sqrt, conv_padding, supported_layers, unfold
 from .likelihoods import Likelihood
+from .operators import Operator
 
 
 @dataclass
@@ -87,9 +88,8 @@ class KFAC:
         layers = supported_layers(model)
         if layers is None:
             raise ValueError(
-                "hessian_structure='kron' supports networks whose parameters all "
-                "belong to "
-                "nn.Linear or nn.Conv2d layers"
+                "hessian_structure='kron' supports networks whose parameters "
+                "all belong to nn.Linear or nn.Conv2d layers"
             )
         self.layers = layers
         for m in layers:
@@ -105,14 +105,8 @@ class KFAC:
             f"Kronecker factors of sizes {sides} (squared)",
             "Use hessian_structure='diag' or a narrower first layer.",
         )
-        self.B = {
-            m: m.weight.new_zeros(m.weight.shape[0], m.weight.shape[0])
-            for m in self.layers
-        }
-        self.A = {
-            m: m.weight.new_zeros(m.weight[0].numel(), m.weight[0].numel())
-            for m in self.layers
-        }
+        self.B = {m: m.weight.new_zeros((m.weight.shape[0],) * 2) for m in layers}
+        self.A = {m: m.weight.new_zeros((m.weight[0].numel(),) * 2) for m in layers}
         self.n = 0
 
     @staticmethod
@@ -131,14 +125,13 @@ class KFAC:
         return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]
 
     def update(self, X: Tensor) -> Tensor:
-        """Add one batch (inputs X of ``model``) to the factors; return its outputs (n,
-        K), detached."""
+        """Add one batch (inputs X of ``model``) to the factors; return its outputs
+        (n, K), detached."""
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for m, a in zip(self.layers, bp.inputs, strict=True):
             self.A[m] += self._input_outer(m, a)
-        for (
-            grads
-        ) in bp.grads:  # one column c of Λ^½: row n (and position t) of g is Jzₙₜᵀ sₙ꜀
+        # one column c of Λ^½ at a time: row n (and position t) of g is Jzₙₜᵀ sₙ꜀
+        for grads in bp.grads:
             for m, g in zip(self.layers, grads, strict=True):
                 # Conv2d: (n, out, h, w) → (n·h·w, out)
                 g = g.movedim(1, -1).reshape(-1, g.shape[1])
@@ -175,18 +168,18 @@ def kfac(
 
 
 class KronPosterior:
-    """Eigendecomposed KFAC blocks; the posterior precision is block-diag(c·Bₗ ⊗ Aₗ + δₗ
-    I), c = 1/(σ²T).
+    """Eigendecomposed KFAC blocks; the posterior precision is
+    block-diag(c·Bₗ ⊗ Aₗ + δₗ I), c = 1/(σ²T).
 
     Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol; the
-    prior precision must be a scalar or one value per parameter tensor (block). ``H`` is
-    the structure itself (as in laplace-torch, whose ``H`` for KFAC is a Kronecker
-    object with ``to_matrix()``).
+    prior precision must be a scalar or one value per parameter tensor (block). ``H``
+    is the KFAC GGN block-diag(Bₗ ⊗ Aₗ) as a :class:`KronMatrix` (laplace-torch's ``H``
+    for KFAC is a Kronecker object with ``to_matrix()`` too).
     """
 
     def __init__(self, blocks: list[KronBlock]):
         self.blocks = blocks
-        self.eig = []
+        self.eig = []  # (λ_B, Q_B, λ_A, Q_A) per block, eigenvalues clamped at 0
         for b in blocks:
             lB, QB = torch.linalg.eigh(b.B)
             if b.A is None:
@@ -196,19 +189,11 @@ class KronPosterior:
                 self.eig.append((lB.clamp(min=0), QB, lA.clamp(min=0), QA))
         self.sizes = [b.size for b in blocks]
         self.n_params = sum(self.sizes)
-        self.route, self.tuning = "auto", False
 
     @property
-    def H(self) -> KronPosterior:
-        return self
-
-    def to_matrix(self) -> Tensor:
-        """The block-diagonal H (P, P): for tests and small P only."""
-        return torch.block_diag(*[b.to_matrix() for b in self.blocks])
-
-    def deltas(self, prior: Tensor) -> Tensor:
-        """The prior precision as one value per block, (n_blocks,)."""
-        return kron_prior(prior, len(self.blocks))
+    def H(self) -> KronMatrix:
+        """block-diag(Bₗ ⊗ Aₗ) in the blocks' eigenbases (eigenvalues clamped at 0)."""
+        return KronMatrix(self, [self._eigvals(i) for i in range(len(self.blocks))])
 
     def _eigvals(self, i: int) -> Tensor:
         lB, _, lA, _ = self.eig[i]
@@ -216,14 +201,10 @@ class KronPosterior:
 
     def precision_eigvals(self, prior: Tensor, factor: Tensor) -> list[Tensor]:
         """c·λ + δₗ for each block, in the block's eigenbasis."""
-        deltas = self.deltas(prior)
+        deltas = kron_prior(prior, len(self.blocks))  # one per block
         return [factor * self._eigvals(i) + deltas[i] for i in range(len(self.blocks))]
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        if self.route == "eigen":
-            raise ValueError(
-                "evidence_route='eigen' is for hessian_structure='full', not 'kron'"
-            )
         return sum(ev.log().sum() for ev in self.precision_eigvals(prior, factor))
 
     def _rotate(self, i: int, V: Tensor, inverse: bool = False) -> Tensor:
@@ -236,9 +217,7 @@ class KronPosterior:
         return W.reshape(V.shape[0], -1)
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        """J Σ Jᵀ per input, block by block in the eigenbases. J:
-        (N, K, P) → (N, K, K).
-        """
+        """J Σ Jᵀ per input, block by block in the eigenbases; (N, K, P) → (N, K, K)."""
         N, K, P = J.shape
         J2 = J.reshape(N * K, P)
         out = torch.zeros(N, K, K, dtype=J.dtype, device=J.device)
@@ -261,22 +240,7 @@ class KronPosterior:
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
         """diag(Σ), (P,)."""
-        return self.diagonal([1 / ev for ev in self.precision_eigvals(prior, factor)])
-
-    def diagonal(self, values: list[Tensor]) -> Tensor:
-        """diag(Q diag(vₗ) Qᵀ), (P,), for eigenvalues ``values`` (one tensor per
-        block)."""
-        parts = []
-        for i, v in enumerate(values):
-            _, QB, _, QA = self.eig[i]
-            if QA is None:
-                parts.append(QB**2 @ v)
-            # diag((Q_B ⊗ Q_A) D (Q_B ⊗ Q_A)ᵀ) = vec(Q_B² D Q_A²ᵀ) with D = v as
-            # (out, in)
-            else:
-                D = v.reshape(QB.shape[0], -1)
-                parts.append((QB**2 @ D @ (QA**2).T).reshape(-1))
-        return torch.cat(parts)
+        return self.covariance(prior, factor).diag()
 
     def sample(
         self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
@@ -289,25 +253,33 @@ class KronPosterior:
         return torch.cat(parts, dim=1)
 
     def precision(self, prior: Tensor, factor: Tensor) -> KronMatrix:
-        """Σ⁻¹ in Kronecker form (``to_matrix()`` for the dense P×P on small
-        problems)."""
+        """Σ⁻¹ in Kronecker form."""
         return KronMatrix(self, self.precision_eigvals(prior, factor))
 
     def covariance(self, prior: Tensor, factor: Tensor) -> KronMatrix:
         """Σ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
-        return KronMatrix(
-            self, [1 / ev for ev in self.precision_eigvals(prior, factor)]
-        )
+        return KronMatrix(self, [1 / v for v in self.precision_eigvals(prior, factor)])
 
 
-@dataclass
-class KronMatrix:
-    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ): a posterior precision or
-    covariance of KFAC, with laplace-torch's ``logdet()``, ``diag()`` and
-    ``to_matrix(exponent)`` (its ``KronDecomposed``). Only ``to_matrix`` is P×P."""
+class KronMatrix(Operator):
+    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ) in the eigenbases of a
+    :class:`KronPosterior`: its GGN, posterior precision or covariance, with
+    laplace-torch's ``logdet()``, ``diag()`` and ``to_matrix(exponent)`` (its
+    ``KronDecomposed``). Only ``to_matrix`` is P×P."""
 
-    structure: KronPosterior
-    values: list[Tensor]
+    def __init__(self, structure: KronPosterior, values: list[Tensor]):
+        self.structure, self.values = structure, values
+        self.like, self.shape = values[0], (structure.n_params, structure.n_params)
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        """Block by block: Qᵀ, then diag(vₗ), then Q, on the block's rows of v."""
+        rows = v.reshape(v.shape[0], -1).T  # (m, P): one row per vector
+        parts, start = [], 0
+        for i, val in enumerate(self.values):
+            x = self.structure._rotate(i, rows[:, start : start + val.numel()])
+            parts.append(self.structure._rotate(i, x * val, inverse=True))
+            start += val.numel()
+        return torch.cat(parts, 1).T.reshape(v.shape)
 
     def logdet(self) -> Tensor:
         """log det of the matrix: Σ log vₗ, a scalar."""
@@ -316,26 +288,23 @@ class KronMatrix:
     def diag(self, exponent: float = 1) -> Tensor:
         """The diagonal of the matrix to the power ``exponent``, (P,), block by block
         without forming any block."""
-        return self.structure.diagonal([v**exponent for v in self.values])
+        parts = []
+        for v, (_, QB, _, QA) in zip(self.values, self.structure.eig, strict=True):
+            if QA is None:
+                parts.append(QB**2 @ v**exponent)
+            else:  # diag((Q_B ⊗ Q_A) D (Q_B ⊗ Q_A)ᵀ) = vec(Q_B² D Q_A²ᵀ), D (out, in)
+                D = (v**exponent).reshape(QB.shape[0], -1)
+                parts.append((QB**2 @ D @ (QA**2).T).reshape(-1))
+        return torch.cat(parts)
+
+    def diagonal(self) -> Tensor:
+        return self.diag()
 
     def to_matrix(self, exponent: float = 1) -> Tensor:
         """The dense (P, P) matrix to the power ``exponent`` (−1: the inverse): for
         tests and small P only."""
-        v0 = self.values[0]
-        n = self.structure.n_params
-        check_bytes(
-            n * n * v0.element_size(),
-            v0.device,
-            f"KronMatrix.to_matrix() needs a dense {n}×{n} matrix",
-            "Use its logdet() and diag(), or the Laplace methods, instead.",
-        )
-        blocks = []
-        for i, v in enumerate(self.values):
-            # rows of the rotated identity are the Kronecker eigenvectors: it is Qᵀ
-            eye = torch.eye(v.numel(), dtype=v.dtype, device=v.device)
-            Qt = self.structure._rotate(i, eye, inverse=True)
-            blocks.append((Qt.T * v**exponent) @ Qt)
-        return torch.block_diag(*blocks)
+        powered = KronMatrix(self.structure, [v**exponent for v in self.values])
+        return Operator.to_matrix(powered)
 
 
 def kron_prior(prior: Tensor, n_blocks: int) -> Tensor:
@@ -344,10 +313,9 @@ def kron_prior(prior: Tensor, n_blocks: int) -> Tensor:
     eigendecompositions: ValueError."""
     if prior.numel() == 1:
         return prior.reshape(()).expand(n_blocks)
-    if prior.ndim != 1 or prior.numel() != n_blocks:
+    if prior.ndim != 1 or prior.numel() != n_blocks:  # Laplace's setter says why first
         raise ValueError(
             "hessian_structure='kron' needs a scalar prior_precision or one value per "
-            "parameter tensor "
-            f"({n_blocks}), got shape {tuple(prior.shape)}"
+            f"parameter tensor ({n_blocks}), got shape {tuple(prior.shape)}"
         )
     return prior

@@ -29,7 +29,9 @@ library.
 
 Everything structure-specific lives in a posterior object (``posterior.py`` protocol;
 ``la.structure`` after ``fit``); this class holds the hyperparameters, runs the fit
-loop, and composes the evidence, predictions and tuning from that object's five methods.
+loop, and composes the evidence, predictions and tuning from that object's six
+methods. Options of the full structure: ``evidence_route`` ("auto", "eigen",
+"cholesky"; ``la.structure.route`` after ``fit``) and ``one_buffer``.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -48,19 +50,25 @@ from .checks import (
     check_inputs,
     check_positive,
 )
-from .curvature import jacobian_chunk
+from .curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
 from .devices import as_like, check_device
 from .jacobians import jacobian
 from .layer_predictive import glm_variance
 from .layers import supported_layers
-from .likelihoods import get_likelihood
+from .likelihoods import LINKS, NAMES, get_likelihood
 from .marglik import laplace_evidence, maximize_on_logs
-from .posterior import prior_precision_diag
+from .posterior import prior_kind, prior_precision_diag
 from .predictive import gaussian_samples, linearized_samples, nn_samples
-from .structures import PRIORS, STRUCTURES, check_combination, make_builder
+from .saving import posterior_from_state, posterior_state
+from .structures import (
+    PRIORS,
+    STRUCTURES,
+    check_combination,
+    check_options,
+    make_builder,
+)
 from .weights import select_weights
 
-LIKELIHOODS = ("regression", "classification", "binary_classification")
 SUBSETS = ("all", "last_layer", "subnetwork")
 
 
@@ -82,10 +90,11 @@ class Laplace:
         last_layer_name: str | None = None,
         **structure_options,
     ):
-        check_choice("likelihood", likelihood, LIKELIHOODS)
+        check_choice("likelihood", likelihood, NAMES)
         check_choice("subset_of_weights", subset_of_weights, SUBSETS)
         check_choice("hessian_structure", hessian_structure, STRUCTURES)
         check_combination(subset_of_weights, hessian_structure)
+        check_options(hessian_structure, structure_options)
         if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
             raise ValueError(
                 "subnetwork_indices go with subset_of_weights='subnetwork', and only "
@@ -114,7 +123,6 @@ class Laplace:
         self.prior_mean = prior_mean
         self.structure = None  # the fitted posterior structure (posterior.py protocol)
         self._builder = None
-        self._evidence_route = "auto"
         self.loss: Tensor | None = None
         self.n_data = self.n_outputs = 0
         self.input_shape: tuple[int, ...] | None = None  # of one input, seen in fit
@@ -128,8 +136,7 @@ class Laplace:
         )
 
     # ----- hyperparameters: validated and converted to θ*'s device and dtype when set
-    # --------------
-    def _scalar(self, value, name: str) -> Tensor:
+    def _positive_scalar(self, value, name: str) -> Tensor:
         t = as_like(value, self.mean, name)
         if (
             t.ndim > 1
@@ -148,7 +155,7 @@ class Laplace:
 
     @temperature.setter
     def temperature(self, value: float | Tensor) -> None:
-        self._temperature = self._scalar(value, "temperature")
+        self._temperature = self._positive_scalar(value, "temperature")
 
     @property
     def sigma_noise(self) -> Tensor:
@@ -156,7 +163,7 @@ class Laplace:
 
     @sigma_noise.setter
     def sigma_noise(self, value: float | Tensor) -> None:
-        sigma = self._scalar(value, "sigma_noise")
+        sigma = self._positive_scalar(value, "sigma_noise")
         if not self._lik.has_noise and sigma.item() != 1:
             raise ValueError("sigma_noise must be 1 for classification")
         self._sigma_noise = sigma
@@ -168,27 +175,13 @@ class Laplace:
     @prior_precision.setter
     def prior_precision(self, value: float | Tensor) -> None:
         p0 = as_like(value, self.mean, "prior_precision")
-        kind = {
-            1: "scalar",
-            self.n_param_tensors: "layerwise",
-            self.n_params: "diag",
-        }.get(p0.numel())
-        if p0.ndim > 1 or kind is None:
-            raise ValueError(
-                f"prior_precision must be a scalar, {self.n_param_tensors} values (one "
-                "per parameter tensor) "
-                f"or {self.n_params} values (one per parameter); got shape "
-                f"{tuple(p0.shape)}"
-            )
-        if kind not in PRIORS[self.hessian_structure]:
+        kind, allowed = prior_kind(p0, self.param_sizes), PRIORS[self.hessian_structure]
+        if kind not in allowed:
             raise ValueError(
                 f"hessian_structure={self.hessian_structure!r} supports a prior "
-                "precision that is "
-                f"{' or '.join(PRIORS[self.hessian_structure])}, not {kind} "
+                f"precision that is {' or '.join(allowed)}, not {kind} "
                 f"({p0.numel()} values)"
             )
-        if not torch.all(torch.isfinite(p0) & (p0 > 0)):
-            raise ValueError("prior_precision must be positive and finite")
         self._prior_precision = p0
 
     @property
@@ -212,21 +205,7 @@ class Laplace:
         """p₀ expanded to one value per parameter, (P,)."""
         return prior_precision_diag(self.prior_precision, self.param_sizes)
 
-    @property
-    def evidence_route(self) -> str:
-        """``"auto"``, ``"eigen"`` or ``"cholesky"``: how a full posterior computes log
-        det Σ⁻¹."""
-        return self._evidence_route
-
-    @evidence_route.setter
-    def evidence_route(self, value: str) -> None:
-        check_choice("evidence_route", value, ("auto", "eigen", "cholesky"))
-        self._evidence_route = value
-        if self.structure is not None:
-            self.structure.route = value
-
-    # ----- fitting
-    # -------------------------------------------------------------------------
+    # ----- fitting ------------------------------------------------------------------
     def fit(
         self,
         train_loader: DataLoader,
@@ -248,7 +227,7 @@ class Laplace:
                 f"batch_size=32); got {type(train_loader).__name__}"
             )
         check_eval_mode(self.model)
-        if override or self._builder is None:
+        if override or self.structure is None:
             w = self._select_weights()
             builder = make_builder(
                 self.hessian_structure,
@@ -261,6 +240,11 @@ class Laplace:
             )
             loss, n_data, n_outputs = w.theta.new_zeros(()), 0, 0
         else:
+            if self._builder is None:  # loaded from a state_dict: no running sums
+                raise ValueError(
+                    "a Laplace loaded from a state_dict cannot be updated "
+                    "(override=False): fit it again"
+                )
             if not getattr(self._builder, "can_update", True):
                 raise ValueError(
                     f"a {self.hessian_structure!r} fit cannot be updated "
@@ -297,7 +281,6 @@ class Laplace:
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         structure = builder.finish()
-        structure.route = self.evidence_route
         self.weights, self.mean = w, w.theta
         self.structure, self._builder = structure, builder
         self.loss, self.n_data, self.n_outputs = loss, n_data, n_outputs
@@ -315,8 +298,64 @@ class Laplace:
         """The curvature in the structure's own form (laplace-torch's ``H``)."""
         return self._post().H
 
-    # ----- the posterior: the structure's five methods at the current hyperparameters
-    # -------------
+    # ----- saving and loading a fitted Laplace (laplace-torch's state_dict shape) -----
+    def state_dict(self) -> dict:
+        """Everything a fitted Laplace holds beyond the model: θ*, the curvature
+        (``saving.py``), the loss and data counts, and the hyperparameters. Tensors and
+        plain values only, for ``torch.save``."""
+        return {
+            "mean": self.mean,
+            "H": posterior_state(self._post()),
+            "loss": self.loss,
+            "n_data": self.n_data,
+            "n_outputs": self.n_outputs,
+            "input_shape": self.input_shape,
+            "prior_mean": self.prior_mean,
+            "prior_precision": self.prior_precision,
+            "sigma_noise": self.sigma_noise,
+            "temperature": self.temperature,
+            "likelihood": self.likelihood,
+            "subset_of_weights": self.subset_of_weights,
+            "hessian_structure": self.hessian_structure,
+            "param_sizes": self.param_sizes,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict` into this Laplace (made with the same
+        likelihood, weights and structure, over a model of the same shape); θ* is
+        written into the model's chosen weights, as laplace-torch does. Nothing changes
+        if it fails."""
+        for key in ("likelihood", "subset_of_weights", "hessian_structure"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"the state is of a Laplace with {key}={state[key]!r}, this one "
+                    f"has {key}={getattr(self, key)!r}"
+                )
+        if list(state["param_sizes"]) != self.param_sizes:
+            raise ValueError(
+                f"the state was saved for P = {sum(state['param_sizes'])} parameters "
+                f"in tensors of sizes {list(state['param_sizes'])}; this model's "
+                f"chosen weights have P = {self.n_params} in {self.param_sizes}"
+            )
+        mean = as_like(state["mean"], self.mean, "the state's mean")
+        structure = posterior_from_state(state["H"])
+        old = self._prior_precision, self._sigma_noise, self._temperature
+        try:
+            self.prior_precision = state["prior_precision"]
+            self.sigma_noise = state["sigma_noise"]
+            self.temperature = state["temperature"]
+            self.prior_mean = state["prior_mean"]
+        except (TypeError, ValueError):
+            self._prior_precision, self._sigma_noise, self._temperature = old
+            raise
+        self.weights.write(mean)
+        self.weights = self._select_weights()
+        self.mean, self.structure, self._builder = self.weights.theta, structure, None
+        self.loss = as_like(state["loss"], self.mean, "the state's loss")
+        self.n_data, self.n_outputs = state["n_data"], state["n_outputs"]
+        self.input_shape = state["input_shape"]
+
+    # ----- the posterior: the structure's six methods at the current hyperparameters --
     @property
     def _factor(self) -> Tensor:
         """c = 1/(σ²T), the factor in front of H."""
@@ -352,8 +391,7 @@ class Laplace:
         """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
         return self._post().functional_variance(J, self.prior_precision, self._factor)
 
-    # ----- the evidence
-    # --------------------------------------------------------------------
+    # ----- the evidence -------------------------------------------------------------
     @property
     def log_likelihood(self) -> Tensor:
         """log p(D | θ*) at the current σ and T: −c·½SSE − N·K·log(σ√2π), or −c·ΣCE."""
@@ -407,8 +445,7 @@ class Laplace:
             self.scatter,
         )
 
-    # ----- hyperparameters by the evidence or by validation
-    # ------------------------------------
+    # ----- hyperparameters by the evidence or by validation -------------------------
     def optimize_prior_precision(
         self,
         method: str = "marglik",
@@ -498,13 +535,9 @@ class Laplace:
             if not self._lik.has_noise:
                 raise ValueError("sigma_noise can only be tuned for regression")
             init["sigma_noise"] = self.sigma_noise.clone()
-        self.structure.tuning = True
-        try:
-            best, history = maximize_on_logs(
-                lambda **kw: self.log_marginal_likelihood(**kw), init, n_steps, lr
-            )
-        finally:
-            self.structure.tuning = False
+        best, history = maximize_on_logs(
+            lambda **kw: self.log_marginal_likelihood(**kw), init, n_steps, lr
+        )
         for name, value in best.items():
             setattr(self, name, value)
         return history
@@ -528,8 +561,7 @@ class Laplace:
             raise ValueError("val_loader yielded no data")
         return total / count
 
-    # ----- predictions
-    # ---------------------------------------------------------------------
+    # ----- predictions --------------------------------------------------------------
     def _check_x(self, x: Tensor) -> None:
         """Inputs to predict at: a batch on θ*'s device that the model can take. An
         input shaped unlike the training inputs is tried on the model once, so that a
@@ -589,9 +621,11 @@ class Laplace:
                 lambda X: w.f_in(theta, X), w.module, layers, x_in, blocks
             )
             return f_mu, f_var
-        # a few inputs at a time, so that their Jacobians stay below 1/256 of a P×P
-        # matrix and 2²⁷ numbers (512 MiB in float32; most structures have no P×P)
-        chunk = jacobian_chunk(f_mu.shape[-1], self.n_params, 1 / 256, cap=1 << 27)
+        # a few inputs at a time, so that their Jacobians stay small beside a P×P
+        # matrix (most structures have none: then CHUNK_CAP numbers at most)
+        chunk = jacobian_chunk(
+            f_mu.shape[-1], self.n_params, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP
+        )
         f_var = torch.cat(
             [self.functional_variance(self.jacobians(xc)) for xc in x.split(chunk)]
         )
@@ -618,9 +652,7 @@ class Laplace:
         (sigmoid) over sampled networks (``pred_type="nn"``).
         """
         check_choice("pred_type", pred_type, ("glm", "nn"))
-        check_choice(
-            "link_approx", link_approx, ("probit", "mc", "bridge", "bridge_norm")
-        )
+        check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
         self._check_x(x)
         if pred_type == "nn":

@@ -3,15 +3,15 @@ outputs.
 
 Both are for the *summed* loss over the data, as in laplace-torch:
 
-* Gaussian noise with standard deviation σ (regression): −log p(y | f) = ‖y − f‖² /
-  (2σ²) + K·log(σ√(2π)) per example, and Λ = I/σ².
-* Categorical with a softmax over K logits (classification): −log p(y | f) = −log
-  softmax(f)_y per example, and Λ = diag(p) − p pᵀ.
-* Bernoulli with one logit and a sigmoid (binary classification): −log p(y | f) = −y log
-  σ(f) − (1 − y) log(1 − σ(f)), and Λ = σ(f)(1 − σ(f)). It is the two-class softmax with
-  the first logit pinned at 0: softmax([0, f])₁ = σ(f), and [0, 1]ᵀ (diag p − p pᵀ) [0,
-  1] = p₁(1 − p₁). laplace-torch 0.3 has no binary likelihood; the tests compare against
-  it through exactly this embedding.
+* Gaussian noise with standard deviation σ (regression):
+  −log p(y | f) = ‖y − f‖² / (2σ²) + K·log(σ√(2π)) per example, and Λ = I/σ².
+* Categorical with a softmax over K logits (classification):
+  −log p(y | f) = −log softmax(f)_y per example, and Λ = diag(p) − p pᵀ.
+* Bernoulli with one logit and a sigmoid (binary classification):
+  −log p(y | f) = −y log σ(f) − (1 − y) log(1 − σ(f)), and Λ = σ(f)(1 − σ(f)). It is
+  the two-class softmax with the first logit pinned at 0: softmax([0, f])₁ = σ(f), and
+  [0, 1]ᵀ (diag p − p pᵀ) [0, 1] = p₁(1 − p₁). laplace-torch 0.3 has no binary
+  likelihood; the tests compare against it through exactly this embedding.
 
 Each likelihood also owns what the rest of the module needs to know about it, so that
 nothing else switches on its name: the part of the loss that the factor 1/(σ²T) scales
@@ -39,6 +39,10 @@ from .predictive import (
     two_class,
 )
 
+# The allowed values, in one place (``Laplace`` checks its arguments against these):
+# the likelihood names (``Laplace(model, likelihood)``, :func:`get_likelihood`) and
+# the GLM predictive's links (``link_approx``).
+NAMES = ("regression", "classification", "binary_classification")
 LINKS = ("probit", "mc", "bridge", "bridge_norm")
 
 
@@ -65,8 +69,8 @@ class Gaussian:
         """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example. f: (N, K) → (N, K, K)."""
         if f.ndim != 2:
             raise ValueError(
-                f"the model's outputs must be (N, K), got {tuple(f.shape)} (reshape to "
-                "(N, 1)?)"
+                f"the model's outputs must be (N, K), got {tuple(f.shape)} "
+                "(reshape to (N, 1)?)"
             )
         N, K = f.shape
         eye = torch.eye(K, dtype=f.dtype, device=f.device)
@@ -79,8 +83,8 @@ class Gaussian:
     has_noise = True
 
     def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
-        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (P's factor
-        1/(σ²T) scales it)."""
+        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (the factor
+        1/(σ²T) of Σ⁻¹ scales it)."""
         _check_regression(f, y)
         return 0.5 * ((y - f) ** 2).sum()
 
@@ -127,8 +131,8 @@ class Gaussian:
 
 
 class _Classification:
-    """What the two classification likelihoods share: no noise and no constant, δ =
-    N·wd, and the predictive NLL of class probabilities."""
+    """What the two classification likelihoods share: no noise and no constant,
+    δ = N·wd, and the predictive NLL of class probabilities."""
 
     has_noise = False
 
@@ -142,9 +146,7 @@ class _Classification:
     def prior_precision_per_weight_decay(
         self, n_data: int, n_outputs: int, sigma_noise: float
     ) -> float:
-        """δ = N per unit of weight decay (the mean cross-entropy
-        is over N examples).
-        """
+        """δ = N per unit of weight decay: the mean cross-entropy is over N examples."""
         return float(n_data)
 
     def predictive_nll(
@@ -243,8 +245,8 @@ class Bernoulli(_Classification):
         _check_link(link_approx)
         if link_approx.startswith("bridge"):
             raise ValueError(
-                "link_approx='bridge' needs K ≥ 2 logits; use 'probit' or 'mc' for one "
-                "logit"
+                "link_approx='bridge' needs K ≥ 2 logits; "
+                "use 'probit' or 'mc' for one logit"
             )
         if link_approx == "probit":
             return probit_binary(f_mu, f_var)
@@ -260,7 +262,6 @@ class Bernoulli(_Classification):
 
 
 Likelihood = Gaussian | Categorical | Bernoulli
-NAMES = ("regression", "classification", "binary_classification")
 
 
 def get_likelihood(
@@ -282,13 +283,8 @@ def get_likelihood(
 def _check_targets(y: Tensor, n_classes: int) -> None:
     """Integer labels in [0, C) or (N, C) probability rows, for a predictive over C
     classes."""
-    if y.is_floating_point() and y.ndim == 2:
-        return
-    _check_labels(y)
-    if y.numel() and (y.min() < 0 or y.max() >= n_classes):
-        raise ValueError(
-            f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]"
-        )
+    if not (y.is_floating_point() and y.ndim == 2):
+        _check_labels(y, n_classes)
 
 
 def _check_link(link_approx: str) -> None:
@@ -303,9 +299,16 @@ def _check_regression(f: Tensor, y: Tensor) -> None:
         )
 
 
-def _check_labels(y: Tensor) -> None:
+def _check_labels(y: Tensor, n_classes: int, n: int | None = None) -> None:
+    """Integer labels in [0, C), of shape (n,) if ``n`` is given."""
     if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
         raise ValueError(f"classification labels must be integers, got dtype {y.dtype}")
+    if n is not None and y.shape != (n,):
+        raise ValueError(f"labels y {tuple(y.shape)} must have shape (N,) = ({n},)")
+    if y.numel() and (y.min() < 0 or y.max() >= n_classes):
+        raise ValueError(
+            f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]"
+        )
 
 
 def _check_logits(f: Tensor) -> None:
@@ -315,8 +318,8 @@ def _check_logits(f: Tensor) -> None:
         )
     if f.shape[1] < 2:
         raise ValueError(
-            "a softmax over one logit is constant: 'classification' needs K ≥ 2 "
-            "outputs; "
+            "a softmax over one logit is constant: "
+            "'classification' needs K ≥ 2 outputs; "
             "for one logit with a sigmoid use 'binary_classification'"
         )
 
@@ -324,48 +327,31 @@ def _check_logits(f: Tensor) -> None:
 def _check_one_logit(f: Tensor) -> None:
     if f.ndim != 2 or f.shape[1] != 1:
         raise ValueError(
-            "binary_classification needs one logit per example, outputs (N, 1), got "
-            f"{tuple(f.shape)}; "
+            "binary_classification needs one logit per example, outputs (N, 1), "
+            f"got {tuple(f.shape)}; "
             "for K ≥ 2 logits with a softmax use 'classification'"
         )
 
 
 def _check_classification(f: Tensor, y: Tensor) -> None:
     _check_logits(f)
+    if not (y.is_floating_point() and y.ndim == 2):
+        return _check_labels(y, f.shape[1], f.shape[0])
     # one-hot or class-probability targets (N, K)
-    if y.is_floating_point() and y.ndim == 2:
-        if y.shape != f.shape:
-            raise ValueError(
-                f"probability targets y {tuple(y.shape)} must have the outputs' shape "
-                f"{tuple(f.shape)}"
-            )
-        if not (
-            torch.all(y >= 0)
-            and torch.allclose(y.sum(-1), torch.ones_like(y[:, 0]), atol=1e-6)
-        ):
-            raise ValueError(
-                "probability targets must be non-negative with rows that sum to 1"
-            )
-        return
-    _check_labels(y)
-    if y.shape != f.shape[:1]:
+    if y.shape != f.shape:
         raise ValueError(
-            f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)"
+            f"probability targets y {tuple(y.shape)} "
+            f"must have the outputs' shape {tuple(f.shape)}"
         )
-    if y.numel() and (y.min() < 0 or y.max() >= f.shape[1]):
+    if not (
+        torch.all(y >= 0)
+        and torch.allclose(y.sum(-1), torch.ones_like(y[:, 0]), atol=1e-6)
+    ):
         raise ValueError(
-            f"labels must lie in [0, {f.shape[1]}), got [{y.min()}, {y.max()}]"
+            "probability targets must be non-negative with rows that sum to 1"
         )
 
 
 def _check_binary(f: Tensor, y: Tensor) -> None:
     _check_one_logit(f)
-    _check_labels(y)
-    if y.shape != f.shape[:1]:
-        raise ValueError(
-            f"labels y {tuple(y.shape)} must have shape (N,) = ({f.shape[0]},)"
-        )
-    if y.numel() and (y.min() < 0 or y.max() > 1):
-        raise ValueError(
-            f"binary labels must lie in {{0, 1}}, got [{y.min()}, {y.max()}]"
-        )
+    _check_labels(y, 2, f.shape[0])

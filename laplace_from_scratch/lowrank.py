@@ -8,12 +8,12 @@ Lanczos on GGN-vector products (``matfree.py``) without ever forming H, gives
     Σ⁻¹ = c·V diag(λ) Vᵀ + D,        c = 1/(σ²T),   D = diag(p₀).
 
 Write Σ⁻¹ = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k
-eigendecomposition Wᵀ W = E diag(s) Eᵀ, the columns of G = W E s^-½ are orthonormal and
-W Wᵀ = G diag(s) Gᵀ, so
+eigendecomposition Wᵀ W = E diag(s) Eᵀ, the columns of U = W E s^-½ are orthonormal and
+W Wᵀ = U diag(s) Uᵀ, so
 
     log det Σ⁻¹ = Σ log dᵢ + log det(I_k + Wᵀ W),
-    Σ           = D^-½ (I + G diag(1/(1 + s) − 1) Gᵀ) D^-½,
-    θ ~ N(0, Σ):  D^-½ (ε + G diag((1 + s)^-½ − 1) Gᵀ ε):
+    Σ           = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½,
+    θ ~ N(0, Σ):  D^-½ (ε + U diag((1 + s)^-½ − 1) Uᵀ ε):
 
 every operation costs O(P·k²) or less, for any diagonal prior (scalar, per tensor or per
 parameter). Along the P − k directions it drops, the posterior is the prior: the
@@ -29,19 +29,21 @@ Shapes: P parameters, k the rank, N inputs, K outputs, S samples.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from .checks import check_count
 from .devices import randn
 from .functional import Functional
 from .likelihoods import Likelihood
-from .matfree import MatfreeGGN, check_basis_fits, lanczos
+from .matfree import MatfreeGGN, MatVec, check_basis_fits, lanczos
+from .operators import Operator, per_row
 from .posterior import prior_precision_diag
 
 
-def top_eigenpairs(matvec, v0: Tensor, k: int, n_iter: int) -> tuple[Tensor, Tensor]:
+def top_eigenpairs(
+    matvec: MatVec, v0: Tensor, k: int, n_iter: int
+) -> tuple[Tensor, Tensor]:
     """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator, from
     ``n_iter`` steps of Lanczos with full re-orthogonalisation started at v0 (exact when
     ``n_iter`` = P). Eigenvalues that are zero to round-off (below 1e-12·λ_max, or
@@ -76,41 +78,42 @@ class LowRankGGN(MatfreeGGN):
         rank: int = 20,
         n_iter: int | None = None,
     ):
-        if not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"rank must be a positive integer, got {rank!r}")
+        check_count("rank", rank)
         super().__init__(f, theta, likelihood, param_sizes)
         self.rank = min(rank, theta.numel())
         self.n_iter = n_iter or min(theta.numel(), 2 * self.rank + 20)
         check_basis_fits(theta.numel(), self.n_iter, theta)  # before any data
 
     def finish(self) -> LowRankPosterior:
-        G = self.operator()
         v0 = randn((self.theta.numel(),), self.theta, torch.Generator().manual_seed(0))
-        lam, V = top_eigenpairs(G.__matmul__, v0, self.rank, self.n_iter)
+        lam, V = top_eigenpairs(self.operator(), v0, self.rank, self.n_iter)
         return LowRankPosterior(V, lam, self.param_sizes)
 
 
-@dataclass
-class LowRankMatrix:
-    """c·V diag(λ) Vᵀ + D (the precision), or its inverse (``inverse=True``), for
-    small-P checks."""
+class LowRankMatrix(Operator):
+    """Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½ from the whitened form (d, U, s) of
+    :meth:`LowRankPosterior._whitened`, or with ``inverse=True`` its inverse
+    Σ = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½: products, diagonal and log det in
+    O(P·k) per vector."""
 
-    posterior: LowRankPosterior
-    prior: Tensor
-    factor: Tensor
-    inverse: bool = False
+    def __init__(self, d: Tensor, U: Tensor, s: Tensor, inverse: bool = False):
+        self.d, self.U, self.inverse = d, U, inverse
+        self.middle = (1 / (1 + s) - 1) if inverse else s
+        self._log_det = d.log().sum() + s.log1p().sum()  # log det Σ⁻¹
+        self.like, self.shape = U, (U.shape[0], U.shape[0])
 
-    def to_matrix(self) -> Tensor:
-        post, V = self.posterior, self.posterior.V
-        if not self.inverse:
-            d = prior_precision_diag(self.prior, post.param_sizes).to(V.dtype)
-            return self.factor * (V * post.eigvals) @ V.T + torch.diag(d)
-        d, G, s = post._whitened(self.prior, self.factor)
-        inner = (
-            torch.eye(post.n_params, dtype=V.dtype, device=V.device)
-            + (G * (1 / (1 + s) - 1)) @ G.T
-        )
-        return inner / d.sqrt()[:, None] / d.sqrt()[None, :]
+    def __matmul__(self, v: Tensor) -> Tensor:
+        root = per_row(self.d.sqrt(), v)  # D^½, or D^-½ for Σ
+        w = v / root if self.inverse else v * root
+        w = w + self.U @ (per_row(self.middle, v) * (self.U.T @ w))
+        return w / root if self.inverse else w * root
+
+    def diagonal(self) -> Tensor:
+        inner = 1 + self.U**2 @ self.middle
+        return inner / self.d if self.inverse else inner * self.d
+
+    def logdet(self) -> Tensor:
+        return -self._log_det if self.inverse else self._log_det
 
 
 class LowRankPosterior:
@@ -121,52 +124,47 @@ class LowRankPosterior:
     def __init__(self, V: Tensor, eigvals: Tensor, param_sizes: list[int]):
         self.V, self.eigvals, self.param_sizes = V, eigvals, list(param_sizes)
         self.n_params = V.shape[0]
-        self.route, self.tuning = "auto", False
 
     @property
     def H(self) -> tuple[Tensor, Tensor]:
         return self.V, self.eigvals
 
-    def _whitened(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(d (P,), G (P, k) orthonormal, s (k,)) with Σ⁻¹ = D^½
-        (I + G diag(s) Gᵀ) D^½.
-        """
+    def _scaled(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor]:
+        """(d (P,), W (P, k)) with Σ⁻¹ = D^½ (I + W Wᵀ) D^½, W = D^-½ V diag(cλ)^½."""
         d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
-        W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
+        return d, self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
+
+    def _whitened(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(d (P,), U (P, k) orthonormal, s (k,)) with W Wᵀ = U diag(s) Uᵀ, so that
+        Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½."""
+        d, W = self._scaled(prior, factor)
         s, E = torch.linalg.eigh(W.T @ W)
         s = s.clamp(min=0)
-        G = (W @ E) / s.clamp(min=torch.finfo(s.dtype).tiny).sqrt()
-        return d, G, s
+        return d, (W @ E) / s.clamp(min=torch.finfo(s.dtype).tiny).sqrt(), s
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        if self.route == "eigen":
-            raise ValueError(
-                "evidence_route='eigen' is for hessian_structure='full', not 'lowrank'"
-            )
-        d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
-        W = self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
+        d, W = self._scaled(prior, factor)
         eye = torch.eye(W.shape[1], dtype=W.dtype, device=W.device)
         return d.log().sum() + torch.logdet(eye + W.T @ W)
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
-        d, G, s = self._whitened(prior, factor)
-        return (1 + (G**2) @ (1 / (1 + s) - 1)) / d
+        return self.covariance(prior, factor).diagonal()
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        d, G, s = self._whitened(prior, factor)
+        d, U, s = self._whitened(prior, factor)
         Jt = J / d.sqrt()  # J D^-½, (N, K, P)
-        JG = Jt @ G  # (N, K, k)
-        return Jt @ Jt.mT + (JG * (1 / (1 + s) - 1)) @ JG.mT
+        JU = Jt @ U  # (N, K, k)
+        return Jt @ Jt.mT + (JU * (1 / (1 + s) - 1)) @ JU.mT
 
     def sample(
         self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
     ) -> Tensor:
-        d, G, s = self._whitened(prior, factor)
+        d, U, s = self._whitened(prior, factor)
         eps = randn((n_samples, self.n_params), self.V, generator)
-        return (eps + ((eps @ G) * ((1 + s).rsqrt() - 1)) @ G.T) / d.sqrt()
+        return (eps + ((eps @ U) * ((1 + s).rsqrt() - 1)) @ U.T) / d.sqrt()
 
     def precision(self, prior: Tensor, factor: Tensor) -> LowRankMatrix:
-        return LowRankMatrix(self, prior, factor)
+        return LowRankMatrix(*self._whitened(prior, factor))
 
     def covariance(self, prior: Tensor, factor: Tensor) -> LowRankMatrix:
-        return LowRankMatrix(self, prior, factor, inverse=True)
+        return LowRankMatrix(*self._whitened(prior, factor), inverse=True)

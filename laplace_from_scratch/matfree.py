@@ -10,8 +10,7 @@ passes over the data, and memory O(P) instead of O(P²). With products
   = E[zᵀ log(Σ⁻¹) z] for Rademacher z, and zᵀ log(Σ⁻¹) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from
   the eigenpairs (θⱼ, τⱼ = first components) of the m×m Lanczos tridiagonal matrix
   started at z;
-* samples θ* + Σ^½ ε with Σ^½ ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos
-  process.
+* samples θ* + Σ^½ ε with Σ^½ ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos process.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -25,11 +24,13 @@ import torch
 from torch import Tensor
 from torch.func import jvp, vjp, vmap
 
+from .checks import check_count
 from .curvature import FunctionalBuilder
 from .dense import check_bytes
 from .devices import rademacher, randn
 from .functional import Functional
 from .likelihoods import Likelihood
+from .operators import Operator, per_row
 
 MatVec = Callable[[Tensor], Tensor]
 
@@ -72,19 +73,11 @@ def posterior_precision_matvec(
     likelihood: Likelihood,
     prior_precision: Tensor,
     factor: float | Tensor = 1.0,
-) -> MatVec:
-    """v ↦ P v = factor·G v + p₀ ⊙ v, factor = 1/(σ²T); p₀ scalar or (P,). v: (P,) or
-    (P, R)."""
-
-    def matvec(v: Tensor) -> Tensor:
-        p0 = (
-            prior_precision
-            if v.ndim == 1 or prior_precision.ndim == 0
-            else prior_precision[:, None]
-        )
-        return factor * ggn_vector_product(f, theta, X, likelihood, v) + p0 * v
-
-    return matvec
+) -> MatfreeMatrix:
+    """Σ⁻¹ = factor·G + diag(p₀) of the data X (p₀ scalar or (P,)), as a
+    :class:`MatfreeMatrix`: a function v ↦ Σ⁻¹ v."""
+    G = GGNOperator(f, theta, likelihood, [X])
+    return MatfreeMatrix(G, prior_precision, factor)
 
 
 def conjugate_gradient(
@@ -95,8 +88,7 @@ def conjugate_gradient(
     column stops at ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
     if max_iter is None:
         max_iter = 10 * b.shape[0]
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    check_count("max_iter", max_iter)
     if not torch.isfinite(b).all():
         raise ValueError("the right-hand side b contains NaN or inf")
     x = torch.zeros_like(b)
@@ -113,9 +105,9 @@ def conjugate_gradient(
         if bool((active & ~(pAp > 0)).any()):  # also catches NaN
             worst = pAp[active].min().item()
             raise ValueError(
-                "conjugate gradients needs a positive-definite operator: pᵀAp = "
-                f"{worst:.3g} at iteration "
-                f"{i} (is the prior precision positive? does the operator return NaN?)"
+                "conjugate gradients needs a positive-definite operator: "
+                f"pᵀAp = {worst:.3g} at iteration {i} "
+                "(is the prior precision positive? does the operator return NaN?)"
             )
         # converged columns take no step (their α is 0), so nothing divides 0 by 0
         alpha = torch.where(active, rr / torch.where(active, pAp, 1), 0)
@@ -125,8 +117,8 @@ def conjugate_gradient(
         p = r + torch.where(active, rr_new / torch.where(active, rr, 1), 0) * p
         rr = rr_new
     warnings.warn(
-        f"conjugate gradients did not reach tol={tol} in max_iter={max_iter} "
-        "iterations "
+        f"conjugate gradients did not reach tol={tol} "
+        f"in max_iter={max_iter} iterations "
         f"(relative residual {(rr.sqrt() / b.norm(dim=0)).max().item():.2e})",
         RuntimeWarning,
         stacklevel=2,
@@ -137,12 +129,11 @@ def conjugate_gradient(
 def check_basis_fits(n_params: int, m: int, like: Tensor) -> None:
     """Raise ``MemoryError`` before a Lanczos basis of m vectors of length P (dtype
     and device of ``like``) is allocated, if it cannot fit."""
-    dtype = like.dtype
     check_bytes(
-        n_params * m * torch.finfo(dtype).bits // 8,
+        n_params * m * like.element_size(),
         like.device,
         f"Lanczos with {m} steps needs a {n_params}×{m} "
-        f"{str(dtype).removeprefix('torch.')} basis",
+        f"{str(like.dtype).removeprefix('torch.')} basis",
         "Use fewer steps (rank, lanczos_steps or sample_steps) or "
         "hessian_structure='diag' or 'kron'.",
     )
@@ -157,10 +148,7 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
     P = v0.numel()
     if not v0.norm() > 0:  # also False for NaN
         raise ValueError("Lanczos needs a non-zero, finite start vector")
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(
-            f"the number of Lanczos steps must be a positive integer, got {m!r}"
-        )
+    check_count("the number of Lanczos steps", m)
     m = min(m, P)
     check_basis_fits(P, m, v0)
     Q = torch.zeros(P, m, dtype=v0.dtype, device=v0.device)
@@ -190,6 +178,41 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
     return T, Q[:, :k]
 
 
+def slq_log_det_and_inverse_diagonal(
+    matvec: MatVec,
+    like: Tensor,
+    n_probes: int,
+    m: int,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """SLQ for log det A together with a Hutchinson estimate of diag(A⁻¹) from the same
+    probes.
+
+    For a probe z the Lanczos process gives both zᵀ log(A) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ and
+    A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T);
+    E[z ⊙ A⁻¹z] = diag(A⁻¹) for Rademacher z. ``like`` (P,) gives the vectors' dtype
+    and device; ``n_probes`` ≥ 2 (checked where it enters: a standard error needs two).
+    Returns (log det estimate, its standard error over the probes, diag(A⁻¹) estimate
+    (P,)).
+    """
+    P = like.numel()
+    values, diag = [], torch.zeros_like(like)
+    for _ in range(n_probes):
+        z = rademacher(P, like, generator)
+        T, Q = lanczos(matvec, z, m)
+        theta, U = torch.linalg.eigh(T)
+        if not bool((theta > 0).all()):  # also catches NaN
+            raise ValueError(
+                "the operator is not positive definite: "
+                f"Lanczos found an eigenvalue {theta.min().item():.3g} ≤ 0"
+            )
+        tau = U[0]
+        values.append(P * (tau**2 * theta.log()).sum())  # ‖z‖² = P
+        diag += z * (z.norm() * (Q @ (U @ (tau / theta))))
+    v = torch.stack(values)
+    return v.mean(), v.std() / n_probes**0.5, diag / n_probes
+
+
 def slq_log_det(
     matvec: MatVec,
     n_params: int,
@@ -205,27 +228,14 @@ def slq_log_det(
     defaults); the probes are drawn by ``generator`` on its own device (a CPU generator
     works for a CUDA operator). Returns (estimate, standard error over the probes).
     """
-    like = torch.zeros(
-        n_params, dtype=dtype or torch.get_default_dtype(), device=device
-    )
-    estimate, se, _ = slq_log_det_and_inverse_diagonal(
-        matvec, like, n_probes, m, generator
-    )
-    return estimate, se
-
-
-def _check_ritz(theta: Tensor) -> None:
-    if not bool((theta > 0).all()):  # also catches NaN
-        raise ValueError(
-            "the operator is not positive definite: Lanczos found an eigenvalue "
-            f"{theta.min().item():.3g} ≤ 0"
-        )
+    check_count("n_probes", n_probes, minimum=2)  # two for a standard error
+    dtype = dtype or torch.get_default_dtype()
+    like = torch.zeros(n_params, dtype=dtype, device=device)
+    return slq_log_det_and_inverse_diagonal(matvec, like, n_probes, m, generator)[:2]
 
 
 def lanczos_inv_sqrt(matvec: MatVec, b: Tensor, m: int = 50) -> Tensor:
-    """A^{-½} b ≈ ‖b‖ Q T^{-½} e₁ from m Lanczos steps started at
-    b (exact when m = P).
-    """
+    """A^{-½} b ≈ ‖b‖ Q T^{-½} e₁ from m Lanczos steps started at b (exact if m = P)."""
     T, Q = lanczos(matvec, b, m)
     theta, U = torch.linalg.eigh(T)
     return b.norm() * (Q @ (U @ (U[0] / theta.sqrt())))
@@ -250,48 +260,11 @@ def functional_variance_cg(
     """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
     with Σ⁻¹, taking (P, N·K)). J: (N, K, P) → (N, K, K)."""
     N, K, P = J.shape
-    solves = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)[
-        0
-    ].T.reshape(N, K, P)
-    return torch.einsum("nkp,nlp->nkl", J, solves)
+    solves, _ = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)
+    return torch.einsum("nkp,nlp->nkl", J, solves.T.reshape(N, K, P))
 
 
-# ----- matrix-free Laplace as a posterior structure
-# ------------------------------------------------
-
-
-def slq_log_det_and_inverse_diagonal(
-    matvec: MatVec,
-    like: Tensor,
-    n_probes: int,
-    m: int,
-    generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """SLQ for log det A together with a Hutchinson estimate of diag(A⁻¹) from the same
-    probes.
-
-    For a probe z the Lanczos process gives both zᵀ log(A) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ and
-    A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T); E[z ⊙
-    A⁻¹z] = diag(A⁻¹) for Rademacher z. ``like`` (P,) gives the vectors' dtype and
-    device. Returns (log det estimate, its standard error over the probes, diag(A⁻¹)
-    estimate (P,)).
-    """
-    if n_probes < 2:
-        raise ValueError(
-            f"n_probes must be at least 2 (for a standard error), got {n_probes}"
-        )
-    P = like.numel()
-    values, diag = [], torch.zeros_like(like)
-    for _ in range(n_probes):
-        z = rademacher(P, like, generator)
-        T, Q = lanczos(matvec, z, m)
-        theta, U = torch.linalg.eigh(T)
-        _check_ritz(theta)
-        tau = U[0]
-        values.append(P * (tau**2 * theta.log()).sum())  # ‖z‖² = P
-        diag += z * (z.norm() * (Q @ (U @ (tau / theta))))
-    v = torch.stack(values)
-    return v.mean(), v.std() / n_probes**0.5, diag / n_probes
+# ----- matrix-free Laplace as a posterior structure -----------------------------
 
 
 class _StochasticLogDet(torch.autograd.Function):
@@ -309,9 +282,9 @@ class _StochasticLogDet(torch.autograd.Function):
         return g * grad_prior, g * grad_factor, None, None, None
 
 
-class GGNOperator:
-    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches as an operator: ``G @ v`` for v (P,)
-    or (P, R)."""
+class GGNOperator(Operator):
+    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches, by products: ``G @ v`` for v (P,)
+    or (P, m)."""
 
     def __init__(
         self,
@@ -320,11 +293,9 @@ class GGNOperator:
         likelihood: Likelihood,
         batches: list[Tensor],
     ):
-        self.f = f
-        self.theta = theta
-        self.likelihood = likelihood
-        self.batches = batches
-        self.shape = (theta.numel(), theta.numel())
+        self.f, self.theta = f, theta
+        self.likelihood, self.batches = likelihood, batches
+        self.like, self.shape = theta, (theta.numel(), theta.numel())
 
     def __matmul__(self, v: Tensor) -> Tensor:
         return sum(
@@ -332,15 +303,43 @@ class GGNOperator:
             for X in self.batches
         )
 
-    def to_matrix(self, max_params: int = 5000) -> Tensor:
-        """The dense G (P, P), by P products: for checks on small P only."""
-        if self.shape[0] > max_params:
-            raise ValueError(
-                f"to_matrix() of a P = {self.shape[0]} operator: raise max_params to "
-                "force it"
-            )
-        eye = torch.eye(self.shape[0], dtype=self.theta.dtype, device=self.theta.device)
-        return self @ eye
+
+class MatfreeMatrix(Operator):
+    """The posterior precision Σ⁻¹ = c·G + diag(p₀) by products
+
+        Σ⁻¹ v = c·G v + p₀ ⊙ v,        c = 1/(σ²T),
+
+    for p₀ scalar or (P,) and v (P,) or (P, m); with ``inverse=True`` the covariance Σ,
+    each product a CG solve to ``cg_tol``."""
+
+    def __init__(
+        self,
+        G: GGNOperator,
+        prior: Tensor,
+        factor: float | Tensor,
+        inverse: bool = False,
+        cg_tol: float = 1e-6,
+        cg_max_iter: int | None = None,
+    ):
+        self.G, self.prior, self.factor, self.inverse = G, prior, factor, inverse
+        self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
+        self.like, self.shape = G.like, G.shape
+
+    def precision_product(self, v: Tensor) -> Tensor:
+        """Σ⁻¹ v, whether this is Σ⁻¹ or Σ."""
+        return self.factor * (self.G @ v) + per_row(self.prior, v) * v
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        if not self.inverse:
+            return self.precision_product(v)
+        tol, max_iter = self.cg_tol, self.cg_max_iter
+        return conjugate_gradient(self.precision_product, v, tol, max_iter)[0]
+
+    def logdet(self) -> Tensor:
+        raise NotImplementedError(
+            "matrix-free Laplace has no exact log-determinant; "
+            "Laplace.log_det_posterior_precision is its SLQ estimate"
+        )
 
 
 class MatfreeGGN(FunctionalBuilder):
@@ -400,16 +399,11 @@ class MatfreePosterior:
         sample_steps: int = 50,
         seed: int = 0,
     ):
-        if n_probes < 2:
-            raise ValueError(
-                f"n_probes must be at least 2 (for a standard error), got {n_probes}"
-            )
+        check_count("n_probes", n_probes, minimum=2)  # two for a standard error
         self.H, self.param_sizes, self.n_params = G, list(param_sizes), G.shape[0]
-        self.n_probes = n_probes
-        self.lanczos_steps = lanczos_steps
-        self.sample_steps = sample_steps
-        self.cg_tol, self.cg_max_iter, self.seed = cg_tol, cg_max_iter, seed
-        self.route, self.tuning = "auto", False
+        self.n_probes, self.lanczos_steps = n_probes, lanczos_steps
+        self.sample_steps, self.seed = sample_steps, seed
+        self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.log_det_se: Tensor | None = None
         self._slq: tuple[Tensor, tuple[Tensor, Tensor, Tensor]] | None = None
 
@@ -418,36 +412,18 @@ class MatfreePosterior:
 
         return prior_precision_diag(prior, self.param_sizes).to(self.H.theta.dtype)
 
-    def matvec(self, prior: Tensor, factor: Tensor) -> MatVec:
-        """v ↦ P v = c·G v + p₀ ⊙ v, for v (P,) or (P, R)."""
-        p0 = self._prior_diag(prior).detach()
-        c = factor.detach()
-
-        def mv(v: Tensor) -> Tensor:
-            return c * (self.H @ v) + (p0 if v.ndim == 1 else p0[:, None]) * v
-
-        return mv
-
     def _estimate(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         with torch.no_grad():
             key = torch.cat([self._prior_diag(prior).flatten(), factor.reshape(1)])
             if self._slq is None or not torch.equal(self._slq[0], key):
                 g = torch.Generator().manual_seed(self.seed)
-                est = slq_log_det_and_inverse_diagonal(
-                    self.matvec(prior, factor),
-                    self.H.theta,
-                    self.n_probes,
-                    self.lanczos_steps,
-                    g,
-                )
+                prec = self.precision(prior, factor)
+                args = self.H.theta, self.n_probes, self.lanczos_steps, g
+                est = slq_log_det_and_inverse_diagonal(prec, *args)
                 self._slq = (key.clone(), est)
         return self._slq[1]
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        if self.route == "eigen":
-            raise ValueError(
-                "evidence_route='eigen' is for hessian_structure='full', not 'matfree'"
-            )
         value, se, diag_inv = self._estimate(prior, factor)
         self.log_det_se = se
         p0 = self._prior_diag(prior)
@@ -458,51 +434,23 @@ class MatfreePosterior:
         return self._estimate(prior, factor)[2]
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        return functional_variance_cg(
-            self.matvec(prior, factor), J, self.cg_tol, self.cg_max_iter
-        )
+        prec = self.precision(prior, factor)
+        return functional_variance_cg(prec, J, self.cg_tol, self.cg_max_iter)
 
     def sample(
         self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
     ) -> Tensor:
         zero = torch.zeros_like(self.H.theta)
-        return sample_matrix_free(
-            self.matvec(prior, factor), zero, n_samples, self.sample_steps, generator
-        )
+        prec = self.precision(prior, factor)
+        return sample_matrix_free(prec, zero, n_samples, self.sample_steps, generator)
 
-    def precision(self, prior: Tensor, factor: Tensor) -> MatfreeMatrix:
-        return MatfreeMatrix(self, prior, factor)
+    def precision(
+        self, prior: Tensor, factor: Tensor, inverse: bool = False
+    ) -> MatfreeMatrix:
+        """Σ⁻¹ by products (Σ by CG with ``inverse``), at p₀ and c detached: the
+        evidence's gradients come from :meth:`log_det`'s own estimate."""
+        p0, c = self._prior_diag(prior).detach(), factor.detach()
+        return MatfreeMatrix(self.H, p0, c, inverse, self.cg_tol, self.cg_max_iter)
 
     def covariance(self, prior: Tensor, factor: Tensor) -> MatfreeMatrix:
-        return MatfreeMatrix(self, prior, factor, inverse=True)
-
-
-class MatfreeMatrix:
-    """P as an operator (``P @ v``), or its inverse by CG (``inverse=True``);
-    ``to_matrix()`` for small P."""
-
-    def __init__(
-        self,
-        posterior: MatfreePosterior,
-        prior: Tensor,
-        factor: Tensor,
-        inverse: bool = False,
-    ):
-        self.posterior, self.inverse = posterior, inverse
-        self.mv = posterior.matvec(prior, factor)
-
-    def __matmul__(self, v: Tensor) -> Tensor:
-        if self.inverse:
-            return conjugate_gradient(
-                self.mv, v, self.posterior.cg_tol, self.posterior.cg_max_iter
-            )[0]
-        return self.mv(v)
-
-    def to_matrix(self, max_params: int = 5000) -> Tensor:
-        P = self.posterior.n_params
-        if P > max_params:
-            raise ValueError(
-                f"to_matrix() of a P = {P} operator: raise max_params to force it"
-            )
-        theta = self.posterior.H.theta
-        return self @ torch.eye(P, dtype=theta.dtype, device=theta.device)
+        return self.precision(prior, factor, inverse=True)

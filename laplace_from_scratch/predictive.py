@@ -24,6 +24,7 @@ from torch.func import vmap
 from .devices import randn
 from .functional import Functional
 from .jacobians import jacobian
+from .posterior import cholesky
 
 
 def functional_variance(J: Tensor, Sigma: Tensor) -> Tensor:
@@ -106,10 +107,10 @@ def gaussian_samples(
     n_samples: int,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Draws f ~ N(f_mu, f_var) per input: f_mu + L ε with L Lᵀ = f_var (+ 1e-12 I).
-    f_mu: (N, K), f_var: (N, K, K) → (S, N, K)."""
-    eye = torch.eye(f_var.shape[-1], dtype=f_var.dtype, device=f_var.device)
-    L = torch.linalg.cholesky(f_var + 1e-12 * eye)
+    """Draws f ~ N(f_mu, f_var) per input: f_mu + L ε with L Lᵀ = f_var (jitter by the
+    module's one rule, ``posterior.cholesky``, where f_var is singular, e.g. a logit
+    pinned at 0). f_mu: (N, K), f_var: (N, K, K) → (S, N, K)."""
+    L = cholesky(f_var, warn=False)
     eps = randn((n_samples, *f_mu.shape), f_mu, generator)
     return f_mu + torch.einsum("nkl,snl->snk", L, eps)
 

@@ -9,6 +9,7 @@ with θ* and the parameter tensor sizes.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from torch import Tensor, nn
@@ -20,10 +21,10 @@ from .kron import KFAC
 from .layers import supported_layers
 from .likelihoods import Likelihood
 from .lowrank import LowRankGGN
-from .matfree import MatfreeGGN
+from .matfree import MatfreeGGN, MatfreePosterior
 
 
-def _diag(module, f, theta, lik, sizes, **_):
+def _diag(module, f, theta, lik, sizes):
     # the layer-wise route for Linear/Conv2d networks; per-example Jacobians for
     # anything else
     if supported_layers(module) is not None:
@@ -36,7 +37,7 @@ BUILDERS: dict[str, Callable] = {
         f, theta, lik, sizes, **o
     ),
     "diag": _diag,
-    "kron": lambda module, f, theta, lik, sizes, **o: KFAC(module, lik),
+    "kron": lambda module, f, theta, lik, sizes: KFAC(module, lik),
     "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(
         f, theta, lik, sizes, **o
     ),
@@ -45,6 +46,22 @@ BUILDERS: dict[str, Callable] = {
     ),
 }
 STRUCTURES = tuple(BUILDERS)
+
+
+def _keywords(cls) -> tuple[str, ...]:
+    """The options of a builder class: its constructor's arguments with a default."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return tuple(p.name for p in params if p.default is not inspect.Parameter.empty)
+
+
+# the keyword options each structure takes (Laplace(..., **options))
+OPTIONS = {
+    "full": _keywords(FullGGN),
+    "diag": (),
+    "kron": (),
+    "lowrank": _keywords(LowRankGGN),
+    "matfree": _keywords(MatfreePosterior),
+}
 # the prior precisions each structure can express: "scalar", "layerwise" (one per
 # parameter tensor), "diag" (one per parameter)
 PRIORS = {
@@ -54,6 +71,17 @@ PRIORS = {
     "lowrank": ("scalar", "layerwise", "diag"),
     "matfree": ("scalar", "layerwise", "diag"),
 }
+
+
+def check_options(structure: str, options: dict) -> None:
+    """Refuse an option the structure does not take (instead of ignoring it)."""
+    unknown = sorted(set(options) - set(OPTIONS[structure]))
+    if unknown:
+        takes = ", ".join(OPTIONS[structure]) or "none"
+        raise TypeError(
+            f"hessian_structure={structure!r} takes no option {', '.join(unknown)} "
+            f"(its options: {takes})"
+        )
 
 
 def check_combination(subset_of_weights: str, structure: str) -> None:

@@ -6,6 +6,7 @@ others held at the MAP, plus what the curvature builders need to see of the mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +17,9 @@ from .functional import (
     Functional,
     LastLayerFeatures,
     find_last_layer,
+    flatten_params,
     make_functional,
+    vector_to_model,
 )
 
 
@@ -32,6 +35,7 @@ class Weights:
     module: nn.Module | None
     features: LastLayerFeatures | None
     f_in: Functional
+    write: Callable[[Tensor], None]  # copies a θ (P,) into the model's chosen weights
 
 
 def select_weights(
@@ -65,7 +69,9 @@ def select_weights(
             return g(theta, features(X))
 
         sizes = [p.numel() for p in last.parameters() if p.requires_grad]
-        return Weights(f_last, theta, sizes, last, features, g)
+        return Weights(
+            f_last, theta, sizes, last, features, g, lambda t: vector_to_model(t, last)
+        )
     f_all, theta_all = make_functional(model)
     if subset == "all":
         return Weights(
@@ -75,10 +81,14 @@ def select_weights(
             model,
             None,
             f_all,
+            lambda t: vector_to_model(t, model),
         )
     idx = check_indices(indices, theta_all.numel())
 
     def f_sub(theta_s: Tensor, X: Tensor) -> Tensor:  # the other weights stay at θ*
         return f_all(theta_all.index_put((idx,), theta_s), X)
 
-    return Weights(f_sub, theta_all[idx], [idx.numel()], None, None, f_sub)
+    def write_sub(theta_s: Tensor) -> None:
+        vector_to_model(flatten_params(model).index_put((idx,), theta_s), model)
+
+    return Weights(f_sub, theta_all[idx], [idx.numel()], None, None, f_sub, write_sub)

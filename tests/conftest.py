@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-import laplace_from_scratch as lfs
+from laplace_from_scratch import helpers
 
 
 @pytest.fixture(autouse=True)
@@ -10,8 +10,8 @@ def _seed():
 
 
 def mlp(d_in: int, d_out: int, width: int = 8, depth: int = 2, dtype=torch.float64):
-    """Test-sized tanh MLPs in float64: ``lfs.mlp`` initialised from the current random state."""
-    return lfs.mlp(d_in, d_out, width=width, depth=depth, seed=None, dtype=dtype)
+    """Test-sized tanh MLPs in float64: ``helpers.mlp`` initialised from the current random state."""
+    return helpers.mlp(d_in, d_out, width=width, depth=depth, seed=None, dtype=dtype)
 
 
 def pytest_addoption(parser):

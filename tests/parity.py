@@ -12,7 +12,7 @@ same data and network and returns the relative differences of
   laplace-torch's defaults: 100 Adam steps on log δ at lr 0.1; ours takes the same steps).
 
 Binary classification: laplace-torch 0.3 has no one-logit likelihood, so its reference is its
-``"classification"`` on the two-logit network [0, f(x)] (``lfs.PinnedZeroLogit``), which has the
+``"classification"`` on the two-logit network [0, f(x)] (``helpers.PinnedZeroLogit``), which has the
 same loss, GGN and probit. For the *last layer* this embedding breaks inside laplace-torch (its
 last-layer Jacobians take the output width from the last layer, 1, not from the network, 2: the
 fit runs but prediction and the diagonal fail), so there the reference is the definition of
@@ -35,6 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
+from laplace_from_scratch import helpers
 
 TASKS = ("regression", "binary", "multiclass", "digits-cnn")
 CELLS = (
@@ -85,24 +86,28 @@ def problem(task: str) -> Problem:
     """The network and data of one row of the matrix (deterministic; a few seconds to train)."""
     g = torch.Generator().manual_seed(1)
     if task == "regression":
-        d = lfs.sinusoid(dtype=torch.float64)
-        model = lfs.mlp(1, 1, width=20, seed=0, dtype=torch.float64)
+        d = helpers.sinusoid(dtype=torch.float64)
+        model = helpers.mlp(1, 1, width=20, seed=0, dtype=torch.float64)
         X, y, kw = d.X_train, d.y_train, dict(sigma_noise=0.3)
-        lfs.fit_map(model, X, y, "regression", sigma_noise=0.3, adam_steps=500, lbfgs_steps=200)
+        helpers.fit_map(model, X, y, "regression", sigma_noise=0.3, adam_steps=500, lbfgs_steps=200)
         Xq = d.X_test[::10]  # 50 inputs on [−10, 13]: the data lie on [0, 10]
     elif task in ("binary", "multiclass"):
-        d = lfs.toy_nonlinear(n=120, dtype=torch.float64) if task == "binary" else lfs.toy_multiclass(n=150)
+        d = (
+            helpers.toy_nonlinear(n=120, dtype=torch.float64)
+            if task == "binary"
+            else helpers.toy_multiclass(n=150)
+        )
         X, y, kw = d.X.to(torch.float64), d.y, {}
-        model = lfs.mlp(2, 1 if task == "binary" else 3, width=10, seed=0, dtype=torch.float64)
-        lfs.fit_map(model, X, y, OUR_LIKELIHOOD[task], adam_steps=500, lbfgs_steps=200)
+        model = helpers.mlp(2, 1 if task == "binary" else 3, width=10, seed=0, dtype=torch.float64)
+        helpers.fit_map(model, X, y, OUR_LIKELIHOOD[task], adam_steps=500, lbfgs_steps=200)
         Xq = torch.cat([X[:25], 5 * torch.randn(25, 2, generator=g, dtype=torch.float64)])
     elif task == "digits-cnn":  # real images and Conv2d layers (KFAC for convolutions included)
-        d = lfs.image_data("digits", n_train=120, n_test=25, dtype=torch.float64)
+        d = helpers.image_data("digits", n_train=120, n_test=25, dtype=torch.float64)
         X, y, kw = d.X_train, d.y_train, {}
-        model = lfs.cnn(10, image_size=8, channels=(4, 8), seed=0, dtype=torch.float64)
-        lfs.fit_map(model, X, y, "classification", adam_steps=300, lbfgs_steps=100)
+        model = helpers.cnn(10, image_size=8, channels=(4, 8), seed=0, dtype=torch.float64)
+        helpers.fit_map(model, X, y, "classification", adam_steps=300, lbfgs_steps=100)
         Xq = torch.cat(
-            [d.X_test, lfs.invert(d.X_test), torch.rand(25, 1, 8, 8, generator=g, dtype=torch.float64)]
+            [d.X_test, helpers.invert(d.X_test), torch.rand(25, 1, 8, 8, generator=g, dtype=torch.float64)]
         )
     else:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -154,7 +159,7 @@ def reference_laplace(
                 phi, Xq = model[:-1](p.X), model[:-1](p.Xq)
             loader = DataLoader(TensorDataset(phi, p.y), batch_size=50)
             model, subset = copy.deepcopy(model[-1]), "all"
-        model = lfs.PinnedZeroLogit(model)
+        model = helpers.PinnedZeroLogit(model)
     ref = laplace.Laplace(
         model,
         lik,

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
-from laplace_from_scratch import matfree
+from laplace_from_scratch import helpers, matfree
 
 D = torch.float64
 
@@ -244,12 +244,12 @@ def test_lanczos_and_slq_on_bad_input():
 def test_metrics_refuse_negative_probabilities_and_logits():
     y = torch.tensor([0, 1])
     bad = torch.tensor([[1.2, -0.2], [0.5, 0.5]], dtype=D)
-    for metric in (lfs.nll, lfs.ece):
+    for metric in (helpers.nll, helpers.ece):
         with pytest.raises(ValueError, match="probabilities in \\[0, 1\\]"):
             metric(bad, y)
     with pytest.raises(ValueError, match="sum to 1"):
-        lfs.ood_score(torch.randn(4, 3, dtype=D))
-    assert math.isfinite(lfs.nll(bad.abs() / bad.abs().sum(-1, keepdim=True), y))
+        helpers.ood_score(torch.randn(4, 3, dtype=D))
+    assert math.isfinite(helpers.nll(bad.abs() / bad.abs().sum(-1, keepdim=True), y))
 
 
 STRUCTURES = ["full", "diag", "kron", "lowrank", "matfree"]
@@ -377,7 +377,7 @@ def test_inputs_the_model_cannot_take_name_both_shapes(clf):
 def test_brier_takes_any_integer_labels():
     probs = torch.softmax(torch.randn(6, 3, generator=torch.Generator().manual_seed(0)), -1)
     y = torch.tensor([0, 1, 2, 2, 1, 0])
-    assert lfs.metrics.brier(probs, y.int()) == lfs.metrics.brier(probs, y)
+    assert helpers.metrics.brier(probs, y.int()) == helpers.metrics.brier(probs, y)
 
 
 def test_a_hyperparameter_on_the_meta_device_is_refused(reg):
@@ -386,3 +386,21 @@ def test_a_hyperparameter_on_the_meta_device_is_refused(reg):
     with pytest.raises(ValueError, match="prior_precision is a meta tensor"):
         la.prior_precision = torch.tensor(1.0, device="meta")
     assert same(before, state(la))
+
+
+def test_an_option_a_structure_does_not_take_is_refused():
+    """Structure options are keyword arguments of Laplace; one the structure does not take (e.g. a rank
+    for KFAC, or the full structure's evidence_route for the diagonal) is an error, not ignored."""
+    model = mlp(1, 1)
+    with pytest.raises(TypeError, match=r"'kron' takes no option rank \(its options: none\)"):
+        lfs.Laplace(model, "regression", hessian_structure="kron", rank=3)
+    with pytest.raises(TypeError, match=r"'diag' takes no option evidence_route"):
+        lfs.Laplace(model, "regression", hessian_structure="diag", evidence_route="eigen")
+    with pytest.raises(TypeError, match=r"its options: rank, n_iter"):
+        lfs.Laplace(model, "regression", hessian_structure="lowrank", n_probes=3)
+    la = lfs.Laplace(model, "regression", evidence_route="cholesky")  # the full structure's option
+    X = torch.randn(20, 1, dtype=torch.float64)
+    la.fit(DataLoader(TensorDataset(X, X), batch_size=10))
+    assert la.structure.route == "cholesky"
+    with pytest.raises(ValueError, match="evidence_route must be one of"):
+        la.structure.route = "fast"

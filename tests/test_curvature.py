@@ -157,13 +157,14 @@ def test_predictive_jacobian_blocks_stay_bounded_without_a_pp_matrix():
     from torch.utils.data import DataLoader, TensorDataset
 
     from laplace_from_scratch import Laplace
-    from laplace_from_scratch.curvature import jacobian_chunk
+    from laplace_from_scratch.curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
 
     P, K = 1_000_010, 10
-    assert jacobian_chunk(K, P, 1 / 256, cap=1 << 27) * K * P <= 1 << 27
+    assert jacobian_chunk(K, P, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP) * K * P <= CHUNK_CAP == 1 << 27
     assert jacobian_chunk(K, P, 1 / 256) == int(P / 256 / K)  # no cap: 390 inputs
-    # small P: the 4 MiB floor decides, as before
+    # small P: the 4 MiB floor decides, even over a cap below it
     assert jacobian_chunk(K, 9_550, 1 / 256, cap=1 << 27) == (1 << 20) // (K * 9_550)
+    assert jacobian_chunk(K, 9_550, 1 / 256, cap=1) == (1 << 20) // (K * 9_550)
 
     torch.manual_seed(0)
     model = nn.Linear(100_000, K).float()

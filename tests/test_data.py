@@ -1,6 +1,6 @@
 import torch
 
-from laplace_from_scratch import sinusoid, toy_linear, toy_multiclass, toy_nonlinear
+from laplace_from_scratch.helpers import sinusoid, toy_linear, toy_multiclass, toy_nonlinear
 
 
 def test_sinusoid_shapes_ranges_and_determinism():
@@ -44,7 +44,7 @@ def test_toy_multiclass_blobs_sit_on_the_circle():
 
 
 def test_image_data_splits_scales_and_is_deterministic():
-    from laplace_from_scratch import image_data
+    from laplace_from_scratch.helpers import image_data
 
     d = image_data("digits", n_train=1000, n_test=300)
     assert d.X_train.shape == (1000, 1, 8, 8) and d.X_test.shape == (300, 1, 8, 8)
@@ -63,7 +63,7 @@ def test_image_data_splits_scales_and_is_deterministic():
 def test_image_data_rejects_bad_arguments():
     import pytest
 
-    from laplace_from_scratch import image_data
+    from laplace_from_scratch.helpers import image_data
 
     with pytest.raises(ValueError, match="name must be one of"):
         image_data("cifar")
@@ -72,7 +72,7 @@ def test_image_data_rejects_bad_arguments():
 
 
 def test_cnn_shapes_and_parameter_count():
-    from laplace_from_scratch import cnn
+    from laplace_from_scratch.helpers import cnn
 
     model = cnn(image_size=8)
     assert isinstance(model[-1], torch.nn.Linear)

@@ -7,7 +7,7 @@ from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
-from laplace_from_scratch import dense
+from laplace_from_scratch import dense, helpers
 
 D = torch.float64
 
@@ -63,7 +63,7 @@ def test_memory_check_names_the_problem_and_the_way_out(monkeypatch):
 
 @pytest.fixture
 def fitted():
-    d = lfs.sinusoid(n=60, dtype=D)
+    d = helpers.sinusoid(n=60, dtype=D)
     model = mlp(1, 1, width=8)
     loader = DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=20)
     return model, loader, d
@@ -75,7 +75,7 @@ def test_one_buffer_gives_the_same_posterior(fitted):
     two.fit(loader)
     one = lfs.Laplace(model, "regression", sigma_noise=0.3, prior_precision=0.7, one_buffer=True)
     one.fit(loader)
-    one.evidence_route = two.evidence_route = "cholesky"
+    one.structure.route = two.structure.route = "cholesky"
     with pytest.warns(RuntimeWarning, match="one P×P buffer only"):
         ev = one.log_marginal_likelihood()
     torch.testing.assert_close(ev, two.log_marginal_likelihood(), rtol=1e-12, atol=0)
@@ -94,26 +94,32 @@ def test_one_buffer_gives_the_same_posterior(fitted):
         one.fit(loader, override=False)
 
 
-def test_factor_is_formed_in_its_own_buffer_and_reused(fitted):
+def test_in_place_factor_refills_one_buffer_beside_H(fitted):
     model, loader, _ = fitted
     la = lfs.Laplace(model, "regression", sigma_noise=0.3)
     la.fit(loader)
-    la.evidence_route = "cholesky"
-    H = la.H.clone()
-    la.log_marginal_likelihood()
-    L1 = la.structure.cached_factor[1]
-    la.log_marginal_likelihood(prior_precision=3.0)
-    L2 = la.structure.cached_factor[1]
-    assert L1.data_ptr() == L2.data_ptr()  # one factor buffer, refilled
+    H, one = la.H.clone(), torch.tensor(1.0, dtype=D)
+    layer = dense.InPlaceFactor(la.H)
+    p0 = torch.ones(la.n_params, dtype=D)
+    L1 = layer.factor(la.H, p0, one).clone()
+    L2 = layer.factor(la.H, 3 * p0, one)
+    assert L2.data_ptr() == layer.buffer.data_ptr() != la.H.data_ptr()  # one factor buffer, refilled
     assert torch.equal(la.H, H)  # H itself untouched
-    P_post = la.posterior_precision
-    torch.testing.assert_close(L2 @ L2.T, P_post, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(L2 @ L2.T, lfs.posterior_precision(H, 3 * p0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(L1, torch.linalg.cholesky(lfs.posterior_precision(H, p0)), rtol=1e-10, atol=0)
+    # the posterior takes this layer when memory is short, with the same results
+    ref = la.structure.cholesky_factor(3 * p0, one).clone()
+    la.structure.cached_factor, la.structure._in_place = None, dense.InPlaceFactor(la.H)
+    assert torch.equal(la.structure.cholesky_factor(3 * p0, one), ref)
 
 
-def test_jitter_rebuilds_from_H_with_a_warning(fitted):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_jitter_rebuilds_from_H_with_a_warning(fitted, in_place):
     model, loader, _ = fitted
     la = lfs.Laplace(model, "regression", sigma_noise=0.3)
     la.fit(loader)
+    if in_place:  # the memory-limit layer follows the same jitter rule
+        la.structure._in_place = dense.InPlaceFactor(la.H)
     H = la.structure.H
     scale = H.diagonal().mean()
     H[0, :] = H[:, 0] = 0

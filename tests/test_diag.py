@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
+from laplace_from_scratch import helpers
 from laplace_from_scratch.curvature import ggn_diagonal
 from laplace_from_scratch.diag import DiagGGN, ggn_diagonal_layerwise
 
@@ -158,7 +159,7 @@ def test_diagonal_equals_laplace_torch(name, arch, backend):
     ours = lfs.Laplace(model, name, hessian_structure="diag")
     ours.fit(loader)
     if name == "binary_classification":
-        ref = _reference_diag(lfs.PinnedZeroLogit(model), loader, "classification", backend)
+        ref = _reference_diag(helpers.PinnedZeroLogit(model), loader, "classification", backend)
     else:
         ref = _reference_diag(model, loader, name, backend)
     assert rel(ours.H, ref) < 1e-10

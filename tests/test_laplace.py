@@ -8,7 +8,8 @@ from conftest import mlp
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from laplace_from_scratch import sinusoid, train_map, vector_to_model
+from laplace_from_scratch import vector_to_model
+from laplace_from_scratch.helpers import sinusoid, train_map
 from laplace_from_scratch.laplace import Laplace
 
 D = torch.float64

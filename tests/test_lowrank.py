@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
+from laplace_from_scratch import helpers
 
 D = torch.float64
 
@@ -21,9 +22,9 @@ def rel(a, b):
 
 @pytest.fixture(scope="module")
 def problem():
-    d = lfs.sinusoid(n=60, dtype=D)
-    model = lfs.mlp(1, 1, width=8, seed=0, dtype=D)
-    lfs.fit_map(model, d.X_train, d.y_train, "regression", 0.3, adam_steps=200, lbfgs_steps=50)
+    d = helpers.sinusoid(n=60, dtype=D)
+    model = helpers.mlp(1, 1, width=8, seed=0, dtype=D)
+    helpers.fit_map(model, d.X_train, d.y_train, "regression", 0.3, adam_steps=200, lbfgs_steps=50)
     loader = DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=20)
     full = lfs.Laplace(model, "regression", sigma_noise=0.3)
     full.fit(loader)

@@ -5,9 +5,10 @@ import torch
 from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
-from laplace_from_scratch import EigenPosterior, sinusoid, toy_nonlinear, train_map
+from laplace_from_scratch import EigenPosterior
 from laplace_from_scratch.curvature import ggn, whitened_jacobians
 from laplace_from_scratch.functional import make_functional
+from laplace_from_scratch.helpers import sinusoid, toy_nonlinear, train_map
 from laplace_from_scratch.laplace import Laplace
 from laplace_from_scratch.likelihoods import Categorical, Gaussian
 
@@ -25,7 +26,7 @@ def _regression_la(n=80, width=10, route="auto"):
     train_map(model, d.X_train, d.y_train, "regression", 0.3, 1.0, n_steps=300, lr=1e-2)
     la = Laplace(model, "regression", sigma_noise=0.3, prior_precision=1.0)
     la.fit(DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=32))
-    la.evidence_route = route
+    la.structure.route = route
     return la
 
 
@@ -47,11 +48,10 @@ def test_dual_route_equals_eigh_of_H(likelihood):
     # both routes get each eigenvalue to ~eps·λ_max absolute (here ~1e-11), so derived quantities
     # agree to ~1e-9 relative; 1e-7 leaves a margin for the conditioning of the covariance
     for delta, sigma in [(1.0, 0.3), (1e-2, 1.0), (30.0, 2.0)]:
-        assert _rel(dual.log_det(delta, sigma), full.log_det(delta, sigma)) < 1e-9
-        assert _rel(dual.covariance(delta, sigma), full.covariance(delta, sigma)) < 1e-7
-        assert (
-            _rel(dual.functional_variance(J, delta, sigma), full.functional_variance(J, delta, sigma)) < 1e-7
-        )
+        c = 1 / sigma**2
+        assert _rel(dual.log_det(delta, c), full.log_det(delta, c)) < 1e-9
+        assert _rel(dual.covariance(delta, c), full.covariance(delta, c)) < 1e-7
+        assert _rel(dual.functional_variance(J, delta, c), full.functional_variance(J, delta, c)) < 1e-7
 
 
 def test_eigen_route_equals_cholesky_route_value_gradients_and_optimum():
@@ -72,10 +72,10 @@ def test_eigen_route_equals_cholesky_route_value_gradients_and_optimum():
 
 def test_auto_route_picks_eigen_for_scalar_and_cholesky_for_layerwise():
     la = _regression_la(n=30)  # N·K = 30 ≤ P/4 = 35: the whitened Jacobians are kept for the dual route
-    assert la.structure.uses_eigen(la.prior_precision)
+    assert la.structure.uses_eigen(la.prior_precision, la._factor)
     la.prior_precision = torch.ones(la.n_param_tensors, dtype=D)
-    assert not la.structure.uses_eigen(la.prior_precision)
-    la.evidence_route = "eigen"
+    assert not la.structure.uses_eigen(la.prior_precision, la._factor)
+    la.structure.route = "eigen"
     with pytest.raises(ValueError, match="scalar"):
         la.log_marginal_likelihood()
 
@@ -138,18 +138,18 @@ def test_gridsearch_picks_the_best_validation_density_on_its_grid():
         la_c.optimize_hyperparameters()
 
 
-def test_auto_route_takes_cholesky_for_one_evaluation_without_the_dual_and_eigen_while_tuning():
+def test_auto_route_takes_cholesky_for_one_evaluation_without_the_dual_and_eigen_once_delta_changes():
     la = _regression_la(n=200, width=5)  # P = 46 < N·K = 200: no dual, so one evaluation uses Cholesky
-    assert la.structure.Jw is None and not la.structure.uses_eigen(la.prior_precision)
-    routes = []
-    eig = la.log_marginal_likelihood
+    post = la.structure
+    assert post.Jw is None and not post.uses_eigen(la.prior_precision, la._factor)
+    routes, log_det = [], post.log_det
 
-    def spy(*a, **kw):
-        routes.append(la.structure.uses_eigen(la.prior_precision))
-        return eig(*a, **kw)
+    def spy(prior, factor):
+        routes.append(post.uses_eigen(prior, factor))
+        return log_det(prior, factor)
 
-    la.log_marginal_likelihood = spy
+    post.log_det = spy
     la.optimize_prior_precision(n_steps=3)
-    assert routes and all(routes)  # eigen during the search
-    assert la.structure.uses_eigen(la.prior_precision)  # and afterwards, now that it is paid for
-    assert la.structure.eigen_is_cached
+    # Cholesky at the first δ; once δ changes (a search), one eigendecomposition serves every step
+    assert len(routes) >= 3 and routes[0] is False and all(routes[1:])
+    assert post.eigen_is_cached and post.uses_eigen(la.prior_precision, la._factor)

@@ -4,7 +4,8 @@ import pytest
 import torch
 from conftest import mlp
 
-from laplace_from_scratch import Categorical, Gaussian, ggn, make_functional, sinusoid, toy_multiclass
+from laplace_from_scratch import Categorical, Gaussian, ggn, make_functional
+from laplace_from_scratch.helpers import sinusoid, toy_multiclass
 from laplace_from_scratch.jacobians import jacobian
 from laplace_from_scratch.matfree import (
     conjugate_gradient,
@@ -116,7 +117,8 @@ def test_batched_matvec_and_cg_equal_column_by_column():
 def matfree_problem():
     from torch.utils.data import DataLoader, TensorDataset
 
-    from laplace_from_scratch import Laplace, fit_map, mlp
+    from laplace_from_scratch import Laplace
+    from laplace_from_scratch.helpers import fit_map, mlp
 
     d = sinusoid(n=60, dtype=D)
     model = mlp(1, 1, width=8, seed=0, dtype=D)

@@ -6,7 +6,7 @@ import torch
 from scipy.stats import entropy as scipy_entropy
 from sklearn.metrics import accuracy_score, brier_score_loss, log_loss, roc_auc_score
 
-from laplace_from_scratch.metrics import (
+from laplace_from_scratch.helpers.metrics import (
     accuracy,
     auroc,
     brier,
@@ -209,7 +209,7 @@ def test_plot_reliability_draws_the_non_empty_bins_and_returns_the_ece():
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    from laplace_from_scratch.plotting import new_figure, plot_reliability
+    from laplace_from_scratch.helpers.plotting import new_figure, plot_reliability
 
     probs, y = calibrated_sample(2000, 3, overconfident=True)
     fig, ax = new_figure()

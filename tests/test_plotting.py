@@ -6,8 +6,9 @@ import torch
 
 matplotlib.use("Agg", force=False)
 
-from laplace_from_scratch import entropy, toy_multiclass  # noqa: E402
-from laplace_from_scratch.plotting import grid_2d, new_figure, plot_contour  # noqa: E402
+from laplace_from_scratch import entropy  # noqa: E402
+from laplace_from_scratch.helpers import toy_multiclass  # noqa: E402
+from laplace_from_scratch.helpers.plotting import grid_2d, new_figure, plot_contour  # noqa: E402
 
 
 def test_grid_2d_is_row_major_in_x2_then_x1():

@@ -58,16 +58,17 @@ def test_samples_have_the_posterior_covariance_not_its_square():
 @pytest.mark.parametrize("sigma, delta, T", [(1.0, 1.0, 1.0), (0.3, 0.5, 1.0), (0.3, 0.5, 2.0)])
 def test_eigen_route_equals_cholesky_route(sigma, delta, T):
     H = _spd(8) - 0.5 * torch.eye(8, dtype=D)  # PSD like a GGN
-    P = posterior_precision(H, sigma, torch.full((8,), delta, dtype=D), T)
+    c = 1 / (sigma**2 * T)
+    P = posterior_precision(H, torch.full((8,), delta, dtype=D), c)
     L = cholesky(P)
     eig = EigenPosterior.from_H(H)
-    torch.testing.assert_close(eig.log_det(delta, sigma, T), log_det_from_cholesky(L), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(eig.log_det(delta, c), log_det_from_cholesky(L), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(eig.covariance(delta, c), covariance_from_cholesky(L), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(eig.precision(delta, c), P, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(
-        eig.covariance(delta, sigma, T), covariance_from_cholesky(L), rtol=1e-9, atol=1e-12
+        eig.variance(delta, c), covariance_from_cholesky(L).diagonal(), rtol=1e-9, atol=0
     )
-    theta = eig.sample(
-        torch.zeros(8, dtype=D), 100_000, delta, sigma, T, generator=torch.Generator().manual_seed(0)
-    )
+    theta = eig.sample(100_000, delta, c, generator=torch.Generator().manual_seed(0))
     Sigma = covariance_from_cholesky(L)
     se = ((Sigma.diagonal()[:, None] * Sigma.diagonal()[None, :] + Sigma**2) / 100_000).sqrt()
     assert ((torch.cov(theta.T) - Sigma).abs() < 5 * se).all()
@@ -110,6 +111,48 @@ def test_prior_precision_shapes():
 
 def test_posterior_precision_convention():
     H = _spd(3)
-    P = posterior_precision(H, 0.5, torch.tensor([1.0, 2.0, 3.0], dtype=D), temperature=2.0)
+    P = posterior_precision(H, torch.tensor([1.0, 2.0, 3.0], dtype=D), 1 / (0.5**2 * 2.0))
     torch.testing.assert_close(P, H / (0.25 * 2.0) + torch.diag(torch.tensor([1.0, 2.0, 3.0], dtype=D)))
     assert math.isclose(P[0, 1].item(), H[0, 1].item() * 2.0)
+
+
+def test_full_laplace_runs_the_functions_notebook_03_prints(monkeypatch):
+    """``Laplace(hessian_structure="full")`` calls the very functions notebook 03 builds and prints."""
+    from collections import Counter
+
+    from conftest import mlp
+
+    import laplace_from_scratch as lfs
+    from laplace_from_scratch import posterior as post
+
+    names = [
+        "posterior_precision",
+        "cholesky",
+        "log_det_from_cholesky",
+        "sample_from_cholesky",
+        "covariance_from_cholesky",
+    ]
+    calls = Counter()
+
+    def spying(name):
+        f = getattr(post, name)
+
+        def spy(*args, **kwargs):
+            calls[name] += 1
+            return f(*args, **kwargs)
+
+        return spy
+
+    for name in names:
+        monkeypatch.setattr(post, name, spying(name))
+    torch.manual_seed(0)
+    model = mlp(1, 1, width=4)  # P = 13 < N·K = 40: no dual route, so the evidence takes Cholesky
+    X = torch.linspace(-2, 2, 40, dtype=D)[:, None]
+    la = lfs.Laplace(model.to(D), "regression", sigma_noise=0.3, prior_precision=0.7)
+    la.fit(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, X.sin()), batch_size=20))
+    evidence_log_det = la.log_det_posterior_precision
+    la.sample(3)
+    assert la.posterior_covariance.shape == (la.n_params, la.n_params)
+    assert all(calls[n] >= 1 for n in names), calls
+    direct = log_det_from_cholesky(cholesky(posterior_precision(la.H, la.prior_precision_diag, la._factor)))
+    torch.testing.assert_close(evidence_log_det, direct, rtol=0, atol=0)

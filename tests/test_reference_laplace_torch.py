@@ -11,17 +11,8 @@ import torch
 from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
-import laplace_from_scratch as lfs
-from laplace_from_scratch import (
-    Bernoulli,
-    Categorical,
-    Gaussian,
-    fit_map,
-    ggn,
-    make_functional,
-    sinusoid,
-    toy_nonlinear,
-)
+from laplace_from_scratch import Bernoulli, Categorical, Gaussian, ggn, make_functional
+from laplace_from_scratch.helpers import PinnedZeroLogit, fit_map, sinusoid, toy_nonlinear
 
 laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
 from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN  # noqa: E402
@@ -92,7 +83,7 @@ def _fit_both(model, X, y, **kw):
 
 
 def _trained_regression_problem():
-    from laplace_from_scratch import train_map
+    from laplace_from_scratch.helpers import train_map
 
     model, X, y = _regression_problem()
     train_map(model, X, y, "regression", 0.3, 1.0, n_steps=300, lr=1e-2)
@@ -169,7 +160,7 @@ def _fit_binary_both(**kw):
     loader = DataLoader(TensorDataset(X, y), batch_size=50)
     backend = kw.pop("backend", CurvlinopsGGN)
     ref = laplace.Laplace(
-        lfs.PinnedZeroLogit(model),
+        PinnedZeroLogit(model),
         "classification",
         subset_of_weights="all",
         hessian_structure="full",

@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from laplace_from_scratch import image_data
-from laplace_from_scratch.shift import fgsm, invert, noise_images, rotate
+from laplace_from_scratch.helpers import image_data
+from laplace_from_scratch.helpers.shift import fgsm, invert, noise_images, rotate
 
 
 def blob(

@@ -6,8 +6,9 @@ import torch
 from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
-from laplace_from_scratch import Categorical, Gaussian, Laplace, fit_map, ggn, make_functional, sinusoid
+from laplace_from_scratch import Categorical, Gaussian, Laplace, ggn, make_functional
 from laplace_from_scratch.curvature import ggn_diagonal
+from laplace_from_scratch.helpers import fit_map, sinusoid
 from laplace_from_scratch.jacobians import jacobian, last_layer_jacobian
 from laplace_from_scratch.weights import select_weights
 
@@ -149,7 +150,7 @@ def test_kron_posterior_algebra_equals_dense(likelihood):
     post = KronPosterior(kfac(model, X, LIKS[likelihood], batch_size=25))
     deltas = torch.linspace(0.5, 2.0, len(post.blocks), dtype=D)
     c = torch.tensor(1 / 0.3**2, dtype=D)
-    dense = c * post.to_matrix() + torch.diag(
+    dense = c * post.H.to_matrix() + torch.diag(
         torch.cat([d.expand(s) for d, s in zip(deltas, post.sizes, strict=True)])
     )
     Sigma = torch.linalg.inv(dense)

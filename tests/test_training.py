@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import mlp
 
-from laplace_from_scratch import (
-    flatten_params,
+from laplace_from_scratch import flatten_params
+from laplace_from_scratch.helpers import (
     map_objective,
     mean_objective,
     minimize,

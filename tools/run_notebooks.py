@@ -41,7 +41,7 @@ def key(nb: nbformat.NotebookNode) -> str:
     for cell in nb.cells:
         if cell.cell_type == "code":
             h.update(cell.source.encode())
-    for path in sorted((ROOT / "laplace_from_scratch").glob("*.py")):
+    for path in sorted((ROOT / "laplace_from_scratch").rglob("*.py")):  # helpers/ included
         h.update(path.read_bytes())
     h.update(f"{sys.version_info[:2]} torch {torch.__version__}".encode())
     return h.hexdigest()

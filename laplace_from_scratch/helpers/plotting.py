@@ -182,9 +182,9 @@ def plot_reliability(
     counts_ax: Axes | None = None,
 ) -> float:
     """Reliability diagram: accuracy against mean confidence in each non-empty bin of
-    :func:`~laplace_from_scratch.metrics.calibration_curve`, as a line with markers, and
-    the diagonal (perfect calibration) once per axes. probs: (N, C), y: (N,). Returns
-    the ECE, shown in the legend.
+    :func:`~laplace_from_scratch.helpers.metrics.calibration_curve`, as a line with
+    markers, and the diagonal (perfect calibration) once per axes. probs: (N, C), y:
+    (N,). Returns the ECE, shown in the legend.
 
     ``counts_ax``: an axes (typically a short one below ``ax``) where the number of
     points in each confidence bin is drawn as a step histogram on a log scale: bins with

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .predictive import entropy
+from ..predictive import entropy
 
 OOD_SCORES = ("max_prob", "entropy")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from .likelihoods import get_likelihood
+from ..likelihoods import get_likelihood
 
 Objective = Callable[[], Tensor]
 

@@ -77,7 +77,7 @@ def mc_dropout_probs(
     drops = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     if not drops:
         raise ValueError(
-            "mc_dropout_probs needs nn.Dropout modules in the model (lfs.mlp(..., "
+            "mc_dropout_probs needs nn.Dropout modules in the model (helpers.mlp(..., "
             "dropout=0.1))"
         )
     modes = {m: m.training for m in model.modules()}
