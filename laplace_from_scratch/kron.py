@@ -56,6 +56,7 @@ from .layer_predictive import LayerBlock
 from .layers import backprop_output_hessian_sqrt, conv_padding, supported_layers, unfold
 from .likelihoods import Likelihood
 from .operators import Operator
+from .posterior import prior_kind
 
 
 @dataclass
@@ -201,7 +202,7 @@ class KronPosterior:
 
     def precision_eigvals(self, prior: Tensor, factor: Tensor) -> list[Tensor]:
         """c·λ + δₗ for each block, in the block's eigenbasis."""
-        deltas = kron_prior(prior, len(self.blocks))  # one per block
+        deltas = kron_prior(prior, self.sizes)  # one per block
         return [factor * self._eigvals(i) + deltas[i] for i in range(len(self.blocks))]
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
@@ -307,15 +308,16 @@ class KronMatrix(Operator):
         return Operator.to_matrix(powered)
 
 
-def kron_prior(prior: Tensor, n_blocks: int) -> Tensor:
+def kron_prior(prior: Tensor, sizes: list[int]) -> Tensor:
     """A prior precision as one value per parameter tensor (KFAC block), (n_blocks,); a
-    scalar is repeated. One value per parameter cannot be expressed by KFAC's
-    eigendecompositions: ValueError."""
-    if prior.numel() == 1:
-        return prior.reshape(()).expand(n_blocks)
-    if prior.ndim != 1 or prior.numel() != n_blocks:  # Laplace's setter says why first
+    scalar is repeated. The shape is checked by ``posterior.prior_kind``; one value per
+    parameter cannot be expressed by KFAC's eigendecompositions: ValueError."""
+    kind = prior_kind(prior, sizes)
+    if kind == "diag" and len(sizes) != sum(sizes):
         raise ValueError(
             "hessian_structure='kron' needs a scalar prior_precision or one value per "
-            f"parameter tensor ({n_blocks}), got shape {tuple(prior.shape)}"
+            f"parameter tensor ({len(sizes)}), got shape {tuple(prior.shape)}"
         )
-    return prior
+    return (
+        prior.reshape(()).expand(len(sizes)) if kind == "scalar" else prior.reshape(-1)
+    )
