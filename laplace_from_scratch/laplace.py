@@ -654,8 +654,8 @@ class Laplace:
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
-        self._check_x(x)
-        if pred_type == "nn":
+        if pred_type == "nn":  # (glm_predictive checks x itself)
+            self._check_x(x)
             return self._lik.nn_link(
                 nn_samples(self.weights.f, x, self.sample(n_samples, generator))
             )
@@ -689,8 +689,8 @@ class Laplace:
         N(θ*, Σ)."""
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_count("n_samples", n_samples)
-        self._check_x(x)
-        if pred_type == "nn":
+        if pred_type == "nn":  # (glm_predictive checks x itself)
+            self._check_x(x)
             return nn_samples(self.weights.f, x, self.sample(n_samples, generator))
         f_mu, f_var = self.glm_predictive(x)
         if diagonal_output:

@@ -122,14 +122,15 @@ def cholesky(A: Tensor, warn: bool = True) -> Tensor:
     scale = (
         A.diagonal(dim1=-2, dim2=-1).abs().mean(-1).clamp(min=torch.finfo(A.dtype).tiny)
     )
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    for jitter in jitters(scale[..., None, None]):
-        L, info = torch.linalg.cholesky_ex(
-            A + jitter * eye if torch.is_tensor(jitter) else A
-        )
+    for jitter in jitters(scale[..., None]):
+        A_j = A
+        if torch.is_tensor(jitter):  # after a failure only: one more P×P, A + jitter·I
+            A_j = A.clone()
+            A_j.diagonal(dim1=-2, dim2=-1).add_(jitter)
+        L, info = torch.linalg.cholesky_ex(A_j)
         if bool((info == 0).all()) and bool(torch.isfinite(L).all()):
             if torch.is_tensor(jitter) and warn:
-                relative = float((jitter / scale[..., None, None]).max())
+                relative = float((jitter / scale[..., None]).max())
                 warnings.warn(
                     "matrix not positive definite: added jitter "
                     f"{float(jitter.max()):.3g}·I ({relative:.0e} × mean diagonal) "
@@ -448,8 +449,11 @@ class FullPosterior:
             changed = self.cached_factor is not None and not self._is_cached(
                 self._key(prior, factor)
             )
-        room = dense.fits(dense.dense_bytes(self.n_params, self.dtype, 2), self.device)
-        return changed and self._H is not None and room
+        return (
+            changed
+            and self._H is not None
+            and dense.fits(dense.dense_bytes(self.n_params, self.dtype, 2), self.device)
+        )
 
     def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
         """Σ⁻¹ = c·H + diag(p₀), a new (P, P) tensor (differentiable)."""
