@@ -32,6 +32,7 @@ from .functional import (
 from .jacobians import jacobian, jacobian_loop
 from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
+from .marglik_training import marglik_training
 from .posterior import (
     EigenPosterior,
     cholesky,
@@ -92,6 +93,7 @@ __all__ = [
     "jacobian",
     "jacobian_loop",
     "make_functional",
+    "marglik_training",
     "residual_term",
     "unflatten_params",
     "vector_to_model",
