@@ -1,7 +1,5 @@
-"""Checks of user input, each raising an error that names the problem and its fix.
-
-``Laplace`` validates every argument and every batch with these before it changes any
-state, so a rejected call leaves the object as it was.
+"""Checks of user input, each raising an error that names the problem and its fix;
+``Laplace`` runs them before it changes any state.
 """
 
 from __future__ import annotations
@@ -29,11 +27,8 @@ def check_count(name: str, value, minimum: int = 1) -> None:
 
 
 def check_positive(name: str, value) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (math.isfinite(value) and value > 0)
-    ):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
@@ -95,9 +90,8 @@ def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
     check_device(y, like, "the targets y")
     if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
         raise ValueError(
-            f"X {tuple(X.shape)} and y {tuple(y.shape)} "
-            "must share a first (batch) dimension; "
-            "DataLoader(batch_size=None) yields single examples without one"
+            f"X {tuple(X.shape)} and y {tuple(y.shape)} must share a first (batch) "
+            "dimension; DataLoader(batch_size=None) yields single examples without one"
         )
     if X.is_floating_point() and X.dtype != like.dtype:
         raise ValueError(
@@ -107,6 +101,15 @@ def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
     if y.is_floating_point() and not torch.isfinite(y).all():
         raise ValueError("the targets y contain NaN or inf")
     return X, y
+
+
+def check_outputs(f: Tensor) -> None:
+    """The model's outputs f must be (N, K)."""
+    if f.ndim != 2:
+        raise ValueError(
+            f"the model's outputs must be (N, K), got {tuple(f.shape)} "
+            "(reshape to (N, 1)?)"
+        )
 
 
 def check_inputs(x, like: Tensor) -> None:

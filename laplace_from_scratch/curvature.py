@@ -5,19 +5,14 @@ For a loss L(θ) = Σₙ ℓ(yₙ, f(xₙ; θ)) the chain rule splits the Hessia
     ∇²L = Σₙ Jₙᵀ Λₙ Jₙ  +  Σₙ Σₖ (∂ℓ/∂fₖ)ₙ ∇²fₖ(xₙ; θ)
           └── GGN ──────┘   └── residual term ──────────┘
 
-with Jₙ = ∂f(xₙ)/∂θ (K, P) and Λₙ = ∂²ℓ/∂f² (K, K). The GGN keeps the first part:
-it is positive semi-definite whenever Λ is, and exact for a model linear in θ.
+with Jₙ = ∂f(xₙ)/∂θ (K, P) and Λₙ = ∂²ℓ/∂f² (K, K). The GGN is positive semi-definite
+whenever Λ is, and exact for a model linear in θ. laplace-torch's ``H`` is the GGN of
+the *summed* loss with Λ = I for regression (σ enters the posterior precision later).
 
-laplace-torch's ``H`` is the GGN of the *summed* loss with Λ = I for regression
-(σ is applied later, in the posterior precision) and Λ = diag p − p pᵀ for
-classification: ``ggn(f, θ, X, Gaussian(1.0))`` and ``ggn(f, θ, X, Categorical())``.
-
-The curvature *builders* share one interface: ``update(X)`` per batch (returning the
-outputs f, (n, K), so that the caller can add up the loss without a second forward pass)
-and ``finish()``, which returns the posterior structure (``posterior.py``). Here:
-:class:`FullGGN` and :class:`DiagJacobianGGN`; the layer-wise diagonal is
-``diag.DiagGGN``, KFAC ``kron.KFAC``, and the low-rank and matrix-free builders live
-with their posteriors.
+The curvature *builders* share one interface: ``update(X)`` per batch, returning the
+outputs f (n, K) for the loss, and ``finish()``, returning the posterior structure
+(``posterior.py``). Here :class:`FullGGN` and :class:`DiagJacobianGGN`; the others are
+``diag.DiagGGN``, ``kron.KFAC`` and, with their posteriors, low-rank and matrix-free.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -32,6 +27,7 @@ from . import dense
 from .functional import Functional
 from .jacobians import jacobian
 from .likelihoods import Likelihood
+from .posterior import DiagPosterior, FullPosterior
 
 # Whitened Jacobians are formed a chunk of examples at a time (jacobian_chunk), the
 # chunk a fraction of one P×P matrix where full Laplace holds P×P buffers anyway:
@@ -93,8 +89,7 @@ def residual_term(
 def empirical_fisher(
     f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
 ) -> Tensor:
-    """Σₙ gₙ gₙᵀ with gₙ = ∇_θ ℓ(yₙ, f(xₙ; θ)) = Jₙᵀ (∂ℓ/∂f)ₙ the per-example gradient,
-    (P, P)."""
+    """Σₙ gₙ gₙᵀ, gₙ = Jₙᵀ (∂ℓ/∂f)ₙ the per-example gradient, (P, P)."""
     with torch.no_grad():
         r = likelihood.output_gradient(f(theta, X), y)  # (N, K)
     G = torch.einsum("nkp,nk->np", jacobian(f, theta, X), r)  # (N, P)
@@ -153,10 +148,8 @@ def jacobian_chunk(
     cap: float = float("inf"),
 ) -> int:
     """How many examples' Jacobians (K × P numbers each) to form at a time: as many as
-    fit in min(``fraction``·P², ``cap``) numbers (a fraction of one P×P matrix, the
-    budget of everything dense beside the P×P buffers; ``cap`` where no P×P matrix
-    exists: diagonal, KFAC, matrix-free at P ~ 10⁶), or in :data:`CHUNK_FLOOR` numbers
-    if that is more (the floor wins over ``cap``), and at least one example."""
+    fit in min(``fraction``·P², ``cap``) numbers (``cap`` where no P×P matrix exists),
+    or in :data:`CHUNK_FLOOR` numbers if that is more, and at least one."""
     K = max(n_outputs, 1)
     budget = min(fraction * n_params * n_params, cap)
     return max(1, int(budget / (K * n_params)), CHUNK_FLOOR // (K * n_params))
@@ -183,14 +176,10 @@ class FunctionalBuilder:
 
 
 class FullGGN(FunctionalBuilder):
-    """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place over batches, from the
-    whitened Jacobians J̃ = Λ^½ J of each batch, computed a few examples at a time
-    (:func:`jacobian_chunk`). While N·K < P and the J̃ take at most a quarter of a P×P
-    matrix (or 64 MiB, whichever is larger; 1/32 of it with ``one_buffer``) these
-    chunks are kept (``jacobian_chunks``) for the dual route of the evidence
-    (:class:`~laplace_from_scratch.posterior.EigenPosterior`); past that they are
-    dropped at once. Before allocating H, :func:`~laplace_from_scratch.dense.check_fits`
-    checks that it fits the device."""
+    """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place, from the whitened Jacobians
+    J̃ = Λ^½ J of a few examples at a time (:func:`jacobian_chunk`). While N·K < P and
+    they fit :data:`DUAL_FRACTION` of a P×P matrix (or 64 MiB) they are kept
+    (``jacobian_chunks``) for the dual route of the evidence (``EigenPosterior``)."""
 
     def __init__(
         self,
@@ -210,11 +199,8 @@ class FullGGN(FunctionalBuilder):
         self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
         self.jacobian_chunks: list[Tensor] | None = []
         # options of the posterior (``posterior.FullPosterior``)
-        self.one_buffer, self.in_place, self.route = (
-            one_buffer,
-            in_place,
-            evidence_route,
-        )
+        self.one_buffer, self.in_place = one_buffer, in_place
+        self.route = evidence_route
         self._posterior = None
         fraction = DUAL_FRACTION_ONE_BUFFER if one_buffer else DUAL_FRACTION
         floor = 0 if one_buffer else DUAL_FLOOR_BYTES // theta.element_size()
@@ -239,18 +225,11 @@ class FullGGN(FunctionalBuilder):
         return out
 
     def finish(self):
-        from .posterior import FullPosterior
-
         Jw = torch.cat(self.jacobian_chunks) if self.jacobian_chunks else None
         if Jw is not None:
             self.jacobian_chunks = [Jw]  # one copy, shared with the posterior
         self._posterior = FullPosterior(
-            self.H,
-            self.param_sizes,
-            Jw,
-            self.route,
-            one_buffer=self.one_buffer,
-            in_place=self.in_place,
+            self.H, self.param_sizes, Jw, self.route, self.one_buffer, self.in_place
         )
         return self._posterior
 
@@ -262,8 +241,7 @@ class FullGGN(FunctionalBuilder):
 
 class DiagJacobianGGN(FunctionalBuilder):
     """diag(G) from per-example Jacobians (:func:`ggn_diagonal`), for networks with
-    parameters outside Linear/Conv2d layers; ``diag.DiagGGN`` is the fast route for the
-    others."""
+    parameters outside Linear/Conv2d layers (``diag.DiagGGN`` for the others)."""
 
     def __init__(
         self,
@@ -281,6 +259,4 @@ class DiagJacobianGGN(FunctionalBuilder):
         return out
 
     def finish(self):
-        from .posterior import DiagPosterior
-
         return DiagPosterior(self.d, self.param_sizes)

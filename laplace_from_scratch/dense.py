@@ -1,28 +1,14 @@
 """Dense P×P algebra at the memory limit: a memory check, a blocked in-place Cholesky,
 diag(Σ) by blocks.
 
-Full Laplace needs the P×P GGN H and a factor of the posterior precision
-Σ⁻¹ = c·H + diag(p₀) (P is always the number of parameters).
-``torch.linalg.cholesky`` returns a new matrix, and even with ``out=`` it makes a full
-temporary copy, so "H, P and L" easily means three or more P×P buffers alive at once. On
-one GPU the buffer count, not the flops, decides how large a network full Laplace
-reaches. Here:
-
-* :func:`check_fits` refuses an allocation that cannot fit, *before* making it, and says
-  what would;
-* :func:`cholesky_` factors a matrix in place, block column by block column
-  (right-looking): for each diagonal block A₁₁ of width b,
-
-      L₁₁ = chol(A₁₁)          (b×b, a small copy)
-      L₂₁ = A₂₁ L₁₁⁻ᵀ           (triangular solve of the panel below it, (P−k)×b)
-      A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ      (lower triangle only, one block column at a time,
-                                ``addmm_`` on views)
-
-  so the only memory beyond A itself is one panel, O(P·b). The flops are P³/3, as for
-  any Cholesky; blocks make them matrix products (fast), in place makes the memory one
-  buffer;
-* :func:`inverse_diagonal` gives diag(Σ) = the squared column norms of L⁻¹ from
-  triangular solves against b columns of the identity at a time, O(P·b) memory again.
+Full Laplace needs the P×P GGN H and a factor of Σ⁻¹ = c·H + diag(p₀).
+``torch.linalg.cholesky`` returns a new matrix (even with ``out=`` it makes a full
+temporary copy), so on one GPU the buffer count, not the flops, decides how large a
+network full Laplace reaches. Here :func:`check_fits` refuses an allocation that cannot
+fit before making it; :func:`cholesky_` factors in place, block column by block column
+(right-looking: L₁₁ = chol(A₁₁), L₂₁ = A₂₁ L₁₁⁻ᵀ, A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ), with one
+panel, O(P·b), as the only memory beyond A; and :func:`inverse_diagonal` gives diag(Σ)
+from triangular solves against b columns of the identity at a time.
 
 Shapes: P rows and columns, b the block size.
 """
@@ -45,8 +31,7 @@ def default_block(n: int) -> int:
 # the structures that never allocate P×P, named in the error of check_fits
 SMALLER = (
     "hessian_structure='diag', 'kron', 'lowrank' or 'matfree', or "
-    "subset_of_weights='last_layer' "
-    "(or a subnetwork)"
+    "subset_of_weights='last_layer' (or a subnetwork)"
 )
 
 
@@ -61,16 +46,14 @@ class NotPositiveDefinite(ValueError):
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Free memory on ``device`` in bytes: CUDA's free memory plus what its caching
-    allocator holds unused; on the CPU ``MemAvailable`` (and the address-space limit, if
-    one is set). None where unknown."""
+    """Free bytes on ``device``: CUDA's free memory plus what its caching allocator
+    holds unused; on the CPU ``MemAvailable`` (and the address-space limit, if set).
+    None where unknown."""
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return (
-            free
-            + torch.cuda.memory_reserved(device)
-            - torch.cuda.memory_allocated(device)
+        unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(
+            device
         )
+        return torch.cuda.mem_get_info(device)[0] + unused
     if device.type != "cpu":
         return None
     try:
@@ -103,9 +86,8 @@ def fits(n_bytes: int, device: torch.device) -> bool:
 
 
 def check_bytes(n_bytes: int, device: torch.device, what: str, instead: str) -> None:
-    """Raise ``MemoryError`` with ``what`` (the allocation, e.g. "Lanczos needs a
-    P×m basis"), ``n_bytes``, the bytes available on ``device`` and what to use
-    ``instead``, if ``n_bytes`` do not fit."""
+    """Raise ``MemoryError`` naming ``what`` (the allocation), ``n_bytes``, the bytes
+    available on ``device`` and what to use ``instead``, if ``n_bytes`` do not fit."""
     avail = available_bytes(device)
     if avail is not None and n_bytes > avail:
         raise MemoryError(
@@ -168,22 +150,19 @@ def inverse_diagonal(L: Tensor, block_size: int | None = None) -> Tensor:
     out = L.new_empty(P)
     for k in range(0, P, block_size):
         e = min(k + block_size, P)
-        E = torch.zeros(P - k, e - k, dtype=L.dtype, device=L.device)
         # columns k..e of I; the rows above k of L⁻¹ E are zero, so solve from row k
-        E.fill_diagonal_(1)
-        out[k:e] = (
-            torch.linalg.solve_triangular(L[k:, k:], E, upper=False).square().sum(0)
-        )
+        E = L.new_zeros(P - k, e - k).fill_diagonal_(1)
+        X = torch.linalg.solve_triangular(L[k:, k:], E, upper=False)
+        out[k:e] = X.square().sum(0)
     return out
 
 
 class InPlaceFactor:
-    """The memory-limit layer of the full posterior (``posterior.FullPosterior``):
-    Σ⁻¹ = c·H + diag(p₀) is formed and factored in place (:func:`cholesky_`) in one
-    P×P buffer, reused for every new (p₀, c): a second buffer beside H, or H itself
-    when a second does not fit (or ``one_buffer=True``; a warning says so: H is then
-    lost, and p₀ and c are fixed at their first values). Jitter follows the module's
-    one rule (``posterior.jitters``)."""
+    """The memory-limit layer of ``posterior.FullPosterior``: Σ⁻¹ = c·H + diag(p₀) is
+    formed and factored in place (:func:`cholesky_`) in one P×P buffer, reused for
+    every (p₀, c): a second buffer beside H, or H itself when a second does not fit or
+    with ``one_buffer=True`` (with a warning: H is lost). Jitter by
+    ``posterior.jitters``."""
 
     def __init__(self, H: Tensor, one_buffer: bool = False):
         n = H.shape[0]

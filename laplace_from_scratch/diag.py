@@ -1,22 +1,14 @@
 """The exact diagonal of the GGN, layer by layer, without per-example Jacobians.
 
-The diagonal of G = Σₙ Jₙᵀ Λₙ Jₙ is Σₙ Σ꜀ (Jₙᵀ sₙ꜀)² elementwise, sₙ꜀ the columns of
-Λₙ^½. Forming every Jₙ (N·K × P numbers) and squaring it is what
-:func:`~laplace_from_scratch.curvature.ggn_diagonal` does: simple, exact for any
-network, and slow. For a Linear layer z = W a + b the entry of Jₙᵀ sₙ꜀ for weight W_oi
-is gₙ꜀ₒ aₙᵢ (``layers.py``), so
+diag G = Σₙ Σ꜀ (Jₙᵀ sₙ꜀)² elementwise, sₙ꜀ the columns of Λₙ^½. Forming every Jₙ is
+what :func:`~laplace_from_scratch.curvature.ggn_diagonal` does: exact for any network,
+and slow. For a Linear layer the entry of Jₙᵀ sₙ꜀ for W_oi is gₙ꜀ₒ aₙᵢ (``layers.py``):
 
-    diag G_W = Σₙ (Σ꜀ gₙ꜀²) ⊗ aₙ²    →  one (out × n)·(n × in) matrix product per layer,
-    diag G_b = Σₙ Σ꜀ gₙ꜀²,
+    diag G_W = Σₙ (Σ꜀ gₙ꜀²) ⊗ aₙ²,    diag G_b = Σₙ Σ꜀ gₙ꜀²,
 
-from one forward pass and K backward passes per batch: what a training step costs, times
-K. A Conv2d shares W over T positions, so its per-example entry is a sum over positions,
-Σₜ gₙ꜀ₒₜ uₙᵢₜ, which must be squared after summing: one (out × T)·(T × in·kh·kw) product
-per example and column. The same holds for a Linear layer applied to a sequence (input
-(n, ..., in)).
-
-Networks with parameters in other kinds of layers fall back to the Jacobian route
-(``Laplace`` does this by itself).
+one matrix product per layer after one forward and K backward passes. A Conv2d (or a
+Linear on a sequence) shares W over T positions, so Σₜ gₙ꜀ₒₜ uₙᵢₜ is squared after the
+sum: one product per example and column. Other layers: the Jacobian route.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -28,6 +20,7 @@ from torch import Tensor, nn
 
 from .layers import backprop_output_hessian_sqrt, supported_layers, unfold
 from .likelihoods import Likelihood
+from .posterior import DiagPosterior
 
 
 class DiagGGN:
@@ -47,9 +40,7 @@ class DiagGGN:
         self.model, self.likelihood, self.layers = model, likelihood, layers
         # one running sum per trainable parameter tensor, shaped like it
         self.sums = {
-            (m, name): torch.zeros_like(
-                p, memory_format=torch.contiguous_format
-            ).detach()
+            (m, name): p.new_zeros(p.shape)
             for m in layers
             for name, p in m.named_parameters(recurse=False)
             if p.requires_grad
@@ -93,12 +84,7 @@ class DiagGGN:
         return torch.cat([d.reshape(-1) for d in self.sums.values()])
 
     def finish(self):
-        """The
-        :class:`~laplace_from_scratch.posterior.DiagPosterior`
-        of the diagonal.
-        """
-        from .posterior import DiagPosterior
-
+        """The diagonal's :class:`~laplace_from_scratch.posterior.DiagPosterior`."""
         return DiagPosterior(self.diagonal(), [d.numel() for d in self.sums.values()])
 
 

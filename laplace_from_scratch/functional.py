@@ -1,10 +1,7 @@
-"""The network as a function f(θ, x) of one flat parameter vector θ.
-
-Laplace works with θ ∈ ℝᴾ as a single vector: the Hessian and the GGN are P×P
-matrices, samples are P-vectors. PyTorch stores parameters as a dict of tensors,
-so we flatten them once and rebuild the dict on every call with
-``torch.func.functional_call``. Then Jacobians, JVPs and VJPs with respect to θ
-are one ``torch.func`` call each.
+"""The network as a function f(θ, x) of one flat parameter vector θ ∈ ℝᴾ: the GGN is
+P×P and samples are P-vectors. The parameters are flattened once and the dict rebuilt
+on every call with ``torch.func.functional_call``; Jacobians, JVPs and VJPs with
+respect to θ are then one ``torch.func`` call each.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -24,11 +21,8 @@ Functional = Callable[[Tensor, Tensor], Tensor]
 
 
 def flatten_params(model: nn.Module) -> Tensor:
-    """All trainable parameters of ``model`` as one detached vector, shape (P,).
-
-    The order is ``model.named_parameters()``, the same order laplace-torch uses
-    (``parameters_to_vector``).
-    """
+    """All trainable parameters of ``model`` as one detached vector, shape (P,), in
+    ``model.named_parameters()`` order (laplace-torch's ``parameters_to_vector``)."""
     return torch.cat(
         [p.detach().reshape(-1) for p in model.parameters() if p.requires_grad]
     )
@@ -45,25 +39,17 @@ def unflatten_params(theta: Tensor, model: nn.Module) -> dict[str, Tensor]:
             "parameters"
         )
     # one split, not a slice per tensor: under vmap(jacrev) each slice's backward fills
-    # a zero tensor of the whole batched θ-gradient and adds it up (one per parameter
-    # tensor), while split's backward is one concatenation (14× faster Jacobians at P
-    # = 1.8·10⁶; tests/test_jacobians.py)
+    # a zero θ-gradient, split's is one concatenation (14× faster at P = 1.8·10⁶)
     chunks = theta.split([p.numel() for _, p in named])
     return {name: c.view_as(p) for (name, p), c in zip(named, chunks, strict=True)}
 
 
 @contextmanager
 def backward_hooks_off(model: nn.Module) -> Iterator[None]:
-    """Switch off module backward hooks while we differentiate ``model``.
-
-    A full backward hook wraps a module's inputs and outputs in an
-    ``autograd.Function`` that ``torch.func`` cannot transform, so ``jacrev`` and
-    ``vmap`` fail deep inside torch. BackPACK, ASDL and user code register such hooks.
-    They only watch or rewrite gradients, never the forward value, and our Jacobians
-    must be those of the function itself, so we set them aside (on every submodule
-    and the global ones) and put them back on exit, also after an error. Forward hooks
-    still run.
-    """
+    """Switch off module backward hooks (of every submodule, and the global ones)
+    while we differentiate ``model``, and restore them on exit. Full backward hooks
+    (BackPACK, ASDL, user code) wrap a module in an ``autograd.Function`` that
+    ``torch.func`` cannot transform; they never change the forward value."""
     saved = [(m, m._backward_hooks, m._backward_pre_hooks) for m in model.modules()]
     names = ("_global_backward_hooks", "_global_backward_pre_hooks")
     globals_saved = {n: getattr(module_globals, n) for n in names}
@@ -111,8 +97,7 @@ def vector_to_model(theta: Tensor, model: nn.Module) -> None:
 
 def find_last_layer(model: nn.Module, name: str | None = None) -> tuple[str, nn.Linear]:
     """``(name, layer)``: the ``nn.Linear`` called ``name`` in
-    ``model.named_modules()``, or by default the last ``nn.Linear`` there (for an
-    ``nn.Sequential``, its last Linear)."""
+    ``model.named_modules()``, or by default the last ``nn.Linear`` there."""
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     if name is not None:
         found = [(n, m) for n, m in linears if n == name]
@@ -132,11 +117,8 @@ def find_last_layer(model: nn.Module, name: str | None = None) -> tuple[str, nn.
 
 class LastLayerFeatures:
     """φ(X): the input of the last layer, (N, D), caught by a forward hook while the
-    whole model runs (without gradients, at its current weights).
-
-    Raises ``ValueError`` unless the model's output is that layer's output: only then
-    is f(θ, X) = W φ(X)ᵀ + b the model.
-    """
+    whole model runs without gradients. Raises ``ValueError`` unless the model's output
+    is that layer's output (only then is f(θ, X) = W φ(X)ᵀ + b the model)."""
 
     def __init__(self, model: nn.Module, name: str, layer: nn.Linear):
         self.model, self.name, self.layer = model, name, layer

@@ -1,13 +1,7 @@
-"""Per-example Jacobians J = ∂f(x; θ)/∂θ, shape (N, K, P).
-
-Two ways to get the same numbers:
-
-* :func:`jacobian_loop`, the didactic one: one backward pass per output entry,
-  N·K passes in all.
-* :func:`jacobian`, the fast one: ``torch.func.vmap`` over examples of
-  ``jacrev`` (K backward passes per example, batched) or ``jacfwd``
-  (P forward-mode passes per example, batched). Reverse mode wins when K ≪ P,
-  which is the usual case for a network.
+"""Per-example Jacobians J = ∂f(x; θ)/∂θ, shape (N, K, P), two ways: the didactic
+:func:`jacobian_loop` (N·K backward passes) and the fast :func:`jacobian`
+(``torch.func.vmap`` over examples of ``jacrev``, K backward passes per example, or
+``jacfwd``, P forward passes: reverse mode wins when K ≪ P, the usual case).
 
 Shapes: N examples, K outputs, P parameters.
 """

@@ -1,44 +1,24 @@
 """KFAC: a block-diagonal GGN with each layer's weight block a Kronecker product.
 
-For a Linear layer z = W a + b inside the network, the GGN block of W is
-
-    Σₙ (Jzₙᵀ Λₙ Jzₙ) ⊗ (aₙ aₙᵀ),        Jzₙ = ∂f(xₙ)/∂zₙ  (K, out),
-
-an exact sum of N Kronecker products. KFAC replaces the sum of products by a product of
-sums,
+For a Linear layer z = W a + b the exact GGN block of W is Σₙ (Jzₙᵀ Λₙ Jzₙ) ⊗ (aₙ aₙᵀ),
+Jzₙ = ∂f(xₙ)/∂zₙ (K, out). KFAC replaces the sum of products by a product of sums,
 
     B ⊗ A   with   B = Σₙ Jzₙᵀ Λₙ Jzₙ  (out, out),   A = (1/N) Σₙ aₙ aₙᵀ  (in, in),
 
-keeps the bias block B alone (its "input" is the constant 1), and drops every block
-between different parameter tensors. This is laplace-torch's convention with its default
-(curvlinops) backend; only the product B ⊗ A enters the posterior, so how a constant is
-split between B and A does not matter. With eigendecompositions B = Q_B diag(λ_B) Q_Bᵀ
-and A = Q_A diag(λ_A) Q_Aᵀ,
+keeps the bias block B alone and drops every block between parameter tensors
+(laplace-torch's convention with its curvlinops backend). With eigendecompositions
+B = Q_B diag(λ_B) Q_Bᵀ and A = Q_A diag(λ_A) Q_Aᵀ,
 
     c·(B ⊗ A) + δ I = (Q_B ⊗ Q_A) diag(c·λ_B ⊗ λ_A + δ) (Q_B ⊗ Q_A)ᵀ,
 
-so log-determinants, inverses, square roots and J Σ Jᵀ cost O(out³ + in³) per layer, and
-a new prior precision δ (scalar or one per parameter tensor) only changes the diagonal.
+so log-determinants, inverses, square roots and J Σ Jᵀ cost O(out³ + in³) per layer.
 
-Conv2d (groups = 1). At each of the T output positions t the layer is a Linear layer on
-the unfolded input patch: zₙₜ = W uₙₜ + b, with W (out, in·kh·kw) = the weight (out, in,
-kh, kw) flattened row-major, uₙₜ (in·kh·kw) = ``F.unfold(x)[n, :, t]`` (same (in, kh,
-kw) order, zero padding included) and zₙₜ = the output z[n, :, i, j] at t = (i, j). The
-exact block is then Σₙ Σₜₜ' (Jzₙₜᵀ Λₙ Jzₙₜ') ⊗ (uₙₜ uₙₜ'ᵀ). Like laplace-torch's default
-backend (curvlinops' KFAC-"expand", Eschenhagen et al. 2023), we treat the N·T (example,
-position) pairs as independent inputs of a Linear layer sharing W:
-
-    B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ  (out, out),
-    A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ  (in·kh·kw, in·kh·kw),
-
-i.e. B sums over positions while A averages over them (curvlinops divides its patch
-covariance by the batch size times T, and laplace-torch rescales each batch's A by batch
-size / N). The bias block is B alone; weight and bias come in ``parameters()`` order
-(weight first), as in laplace-torch. With T = 1 (a kernel covering the whole, unpadded
-input) this is exactly the KFAC of the equivalent Linear layer.
-
-Vectorisation: W (out, in) — or a Conv2d weight (out, in, kh, kw) — flattens row-major,
-so entry (o, i) is index o·in + i, matching B ⊗ A.
+Conv2d (groups = 1): at each of the T output positions the layer is a Linear layer on
+the unfolded input patch uₙₜ (``F.unfold``, the weight (out, in, kh, kw) flattened
+row-major). As curvlinops' KFAC-"expand" (Eschenhagen et al. 2023) the N·T pairs are
+independent inputs: B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ sums over positions while
+A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ averages over them. W flattens row-major, so entry (o, i)
+is index o·in + i, matching B ⊗ A.
 
 Shapes: N examples, K outputs, P parameters, T output positions of a Conv2d.
 """
@@ -76,13 +56,9 @@ class KronBlock:
 
 
 class KFAC:
-    """Accumulates the KFAC factors over batches: ``update(X)`` per batch, then
-    ``blocks()``.
-
-    Every parameter of ``model`` must belong to an ``nn.Linear`` or an ``nn.Conv2d``. B
-    is summed and A averaged over all inputs seen (and, for Conv2d, over output
-    positions). Cost: one forward and K backward passes per batch (``layers.py``).
-    """
+    """Accumulates the KFAC factors (B summed, A averaged) over batches: ``update(X)``
+    per batch, then ``blocks()``. Every parameter of ``model`` must belong to an
+    ``nn.Linear`` or an ``nn.Conv2d``. One forward and K backward passes per batch."""
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
         self.model, self.likelihood = model, likelihood
@@ -142,16 +118,12 @@ class KFAC:
 
     def blocks(self) -> list[KronBlock]:
         """One block per parameter tensor, in the order of ``model.parameters()``."""
-        out: list[KronBlock] = []
-        for m in self.layers:
-            for name, p in m.named_parameters(recurse=False):
-                if p.requires_grad:
-                    out.append(
-                        KronBlock(self.B[m], self.A[m] / self.n)
-                        if name == "weight"
-                        else KronBlock(self.B[m])
-                    )
-        return out
+        return [
+            KronBlock(self.B[m], self.A[m] / self.n if name == "weight" else None)
+            for m in self.layers
+            for name, p in m.named_parameters(recurse=False)
+            if p.requires_grad
+        ]
 
     def finish(self) -> KronPosterior:
         return KronPosterior(self.blocks())
@@ -168,26 +140,23 @@ def kfac(
     return acc.blocks()
 
 
-class KronPosterior:
-    """Eigendecomposed KFAC blocks; the posterior precision is
-    block-diag(c·Bₗ ⊗ Aₗ + δₗ I), c = 1/(σ²T).
+def _eigh(M: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """Eigenvalues (clamped at 0) and eigenvectors of a symmetric M, or None, None."""
+    if M is None:
+        return None, None
+    lam, Q = torch.linalg.eigh(M)
+    return lam.clamp(min=0), Q
 
-    Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol; the
-    prior precision must be a scalar or one value per parameter tensor (block). ``H``
-    is the KFAC GGN block-diag(Bₗ ⊗ Aₗ) as a :class:`KronMatrix` (laplace-torch's ``H``
-    for KFAC is a Kronecker object with ``to_matrix()`` too).
-    """
+
+class KronPosterior:
+    """The :class:`~laplace_from_scratch.posterior.Posterior` protocol for eigen-
+    decomposed KFAC blocks, Σ⁻¹ = block-diag(c·Bₗ ⊗ Aₗ + δₗ I), δ a scalar or one per
+    block. ``H`` is block-diag(Bₗ ⊗ Aₗ) as a :class:`KronMatrix`."""
 
     def __init__(self, blocks: list[KronBlock]):
         self.blocks = blocks
-        self.eig = []  # (λ_B, Q_B, λ_A, Q_A) per block, eigenvalues clamped at 0
-        for b in blocks:
-            lB, QB = torch.linalg.eigh(b.B)
-            if b.A is None:
-                self.eig.append((lB.clamp(min=0), QB, None, None))
-            else:
-                lA, QA = torch.linalg.eigh(b.A)
-                self.eig.append((lB.clamp(min=0), QB, lA.clamp(min=0), QA))
+        # (λ_B, Q_B, λ_A, Q_A) per block, eigenvalues clamped at 0, None without A
+        self.eig = [(*_eigh(b.B), *_eigh(b.A)) for b in blocks]
         self.sizes = [b.size for b in blocks]
         self.n_params = sum(self.sizes)
 
@@ -264,9 +233,8 @@ class KronPosterior:
 
 class KronMatrix(Operator):
     """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ) in the eigenbases of a
-    :class:`KronPosterior`: its GGN, posterior precision or covariance, with
-    laplace-torch's ``logdet()``, ``diag()`` and ``to_matrix(exponent)`` (its
-    ``KronDecomposed``). Only ``to_matrix`` is P×P."""
+    :class:`KronPosterior` (its H, Σ⁻¹ or Σ), with the ``logdet()``, ``diag()`` and
+    ``to_matrix(exponent)`` of laplace-torch's ``KronDecomposed``."""
 
     def __init__(self, structure: KronPosterior, values: list[Tensor]):
         self.structure, self.values = structure, values
@@ -298,8 +266,7 @@ class KronMatrix(Operator):
                 parts.append((QB**2 @ D @ (QA**2).T).reshape(-1))
         return torch.cat(parts)
 
-    def diagonal(self) -> Tensor:
-        return self.diag()
+    diagonal = diag
 
     def to_matrix(self, exponent: float = 1) -> Tensor:
         """The dense (P, P) matrix to the power ``exponent`` (−1: the inverse): for
@@ -309,9 +276,8 @@ class KronMatrix(Operator):
 
 
 def kron_prior(prior: Tensor, sizes: list[int]) -> Tensor:
-    """A prior precision as one value per parameter tensor (KFAC block), (n_blocks,); a
-    scalar is repeated. The shape is checked by ``posterior.prior_kind``; one value per
-    parameter cannot be expressed by KFAC's eigendecompositions: ValueError."""
+    """A scalar or per-block prior precision as one value per block, (n_blocks,); one
+    value per parameter does not fit KFAC's eigendecompositions: ValueError."""
     kind = prior_kind(prior, sizes)
     if kind == "diag" and len(sizes) != sum(sizes):
         raise ValueError(

@@ -10,28 +10,18 @@
 
 Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2
 logits; integer, one-hot or probability targets) and ``"binary_classification"`` (one
-logit, sigmoid; laplace-torch 0.3 has no such option: it is the two-class softmax with
-one logit pinned at 0; C = 2 in its predictives).
-
-Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (an ``nn.Linear`` that
-makes the model's outputs, on frozen features: the last one in ``model.named_modules()``
-or the one named ``last_layer_name``) or ``"subnetwork"`` (the flat parameter indices
-``subnetwork_indices``, full GGN over them, as laplace-torch's ``SubnetLaplace``).
-Structures (``hessian_structure``): ``"full"``, ``"diag"``, ``"kron"`` (KFAC),
-``"lowrank"`` (top-``rank`` eigenpairs of the GGN) and ``"matfree"`` (GGN-vector
-products only: CG, Lanczos, SLQ); options of a structure (``rank``, ``n_probes``, ...)
-are passed as keyword arguments.
-
-**Defaults differ from laplace-torch's**: ours are ``"all"`` and ``"full"`` (the
-reference every other structure is measured against), laplace-torch's are
-``"last_layer"`` and ``"kron"``. Pass both arguments to get the same object from either
-library.
+logit, sigmoid: laplace-torch's two-class softmax with one logit pinned at 0).
+Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (the ``nn.Linear`` that
+makes the outputs: the last one in ``model.named_modules()`` or ``last_layer_name``)
+or ``"subnetwork"`` (flat indices ``subnetwork_indices``, full GGN, as laplace-torch's
+``SubnetLaplace``). Structures (``hessian_structure``): ``"full"``, ``"diag"``,
+``"kron"``, ``"lowrank"`` and ``"matfree"``; their options (``rank``, ``n_probes``,
+``evidence_route``, ``one_buffer``, ...) are keyword arguments. **Our defaults**,
+``"all"`` and ``"full"``, differ from laplace-torch's (``"last_layer"``, ``"kron"``).
 
 Everything structure-specific lives in a posterior object (``posterior.py`` protocol;
 ``la.structure`` after ``fit``); this class holds the hyperparameters, runs the fit
-loop, and composes the evidence, predictions and tuning from that object's six
-methods. Options of the full structure: ``evidence_route`` ("auto", "eigen",
-"cholesky"; ``la.structure.route`` after ``fit``) and ``one_buffer``.
+loop, and composes the evidence, predictions and tuning from its six methods.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -48,6 +38,7 @@ from .checks import (
     check_count,
     check_eval_mode,
     check_inputs,
+    check_outputs,
     check_positive,
 )
 from .curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
@@ -138,12 +129,7 @@ class Laplace:
     # ----- hyperparameters: validated and converted to θ*'s device and dtype when set
     def _positive_scalar(self, value, name: str) -> Tensor:
         t = as_like(value, self.mean, name)
-        if (
-            t.ndim > 1
-            or t.numel() != 1
-            or not bool(torch.isfinite(t))
-            or not t.item() > 0
-        ):
+        if t.ndim > 1 or t.numel() != 1 or not (t.isfinite().all() and t.item() > 0):
             raise ValueError(
                 f"{name} must be one positive finite number, got {value!r}"
             )
@@ -212,14 +198,10 @@ class Laplace:
         override: bool = True,
         progress_bar: bool = False,
     ) -> None:
-        """Accumulate the curvature of the summed loss (Λ = I for regression) and the
-        loss over the data, at the model's current weights (θ* is read again, as
-        laplace-torch does).
-
-        ``override=False`` adds the batches to the curvature of the previous ``fit``
-        (not for low-rank, whose eigendecomposition does not add up). With
-        ``override=True`` nothing changes if the loop fails.
-        """
+        """Accumulate the curvature (Λ = I for regression) and the loss over the
+        (X, y) batches at the model's current weights (θ* is read again, as
+        laplace-torch does). ``override=False`` adds them to the previous ``fit`` (not
+        for low-rank); with ``override=True`` nothing changes if the loop fails."""
         if isinstance(train_loader, Tensor) or not hasattr(train_loader, "__iter__"):
             raise TypeError(
                 "train_loader must be an iterable of (X, y) batches, e.g. "
@@ -229,14 +211,9 @@ class Laplace:
         check_eval_mode(self.model)
         if override or self.structure is None:
             w = self._select_weights()
+            options = self.structure_options
             builder = make_builder(
-                self.hessian_structure,
-                w.module,
-                w.f_in,
-                w.theta,
-                self._lik,
-                self.param_sizes,
-                **self.structure_options,
+                self.hessian_structure, w, self._lik, self.param_sizes, **options
             )
             loss, n_data, n_outputs = w.theta.new_zeros(()), 0, 0
         else:
@@ -259,17 +236,9 @@ class Laplace:
             train_loader = tqdm(train_loader, desc="Laplace.fit")
         for batch in train_loader:
             X, y = check_batch(batch, w.theta)
-            if w.features is not None:
-                with torch.no_grad():
-                    X_in = w.features(X)
-            else:
-                X_in = X
-            out = builder.update(X_in)
-            if out.ndim != 2:
-                raise ValueError(
-                    f"the model's outputs must be (N, K), got {tuple(out.shape)} "
-                    "(reshape to (N, 1)?)"
-                )
+            # (the features run without gradients)
+            out = builder.update(X if w.features is None else w.features(X))
+            check_outputs(out)
             if not torch.isfinite(out).all():
                 raise ValueError(
                     "the model's outputs contain NaN or inf at the fitted weights"
@@ -300,9 +269,8 @@ class Laplace:
 
     # ----- saving and loading a fitted Laplace (laplace-torch's state_dict shape) -----
     def state_dict(self) -> dict:
-        """Everything a fitted Laplace holds beyond the model: θ*, the curvature
-        (``saving.py``), the loss and data counts, and the hyperparameters. Tensors and
-        plain values only, for ``torch.save``."""
+        """θ*, the curvature (``saving.py``), the loss, data counts and hyperparameters
+        of a fitted Laplace: tensors and plain values, for ``torch.save``."""
         return {
             "mean": self.mean,
             "H": posterior_state(self._post()),
@@ -321,10 +289,9 @@ class Laplace:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a :meth:`state_dict` into this Laplace (made with the same
-        likelihood, weights and structure, over a model of the same shape); θ* is
-        written into the model's chosen weights, as laplace-torch does. Nothing changes
-        if it fails."""
+        """Restore a :meth:`state_dict` of a Laplace like this one; θ* is written into
+        the model's chosen weights, as laplace-torch does. Nothing changes if it
+        fails."""
         for key in ("likelihood", "subset_of_weights", "hessian_structure"):
             if state[key] != getattr(self, key):
                 raise ValueError(
@@ -424,11 +391,8 @@ class Laplace:
         sigma_noise: float | Tensor | None = None,
     ) -> Tensor:
         """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀)),
-        differentiable in δ and σ.
-
-        Passing ``prior_precision`` or ``sigma_noise`` sets them first (as laplace-torch
-        does); both are validated before either is set.
-        """
+        differentiable in δ and σ; ``prior_precision`` or ``sigma_noise`` are set first
+        (as laplace-torch does), both or neither."""
         old = self._prior_precision, self._sigma_noise
         try:
             if prior_precision is not None:
@@ -461,15 +425,11 @@ class Laplace:
         log_prior_prec_max: float = 4,
         grid_size: int = 100,
     ) -> None:
-        """Set the prior precision by the evidence (``"marglik"``) or on validation data
-        (``"gridsearch"``).
-
-        Defaults are laplace-torch's: Adam on log δ, lr 0.1, 100 steps from δ = 1,
-        scalar; ``prior_structure="layerwise"`` tunes one δ per parameter tensor. Grid
-        search picks, among ``grid_size`` values 10^[min, max], the δ with the lowest
-        negative log predictive density on ``val_loader``. Every argument is checked
-        before anything changes, and a failure restores δ.
-        """
+        """Set δ by the evidence (``"marglik"``: laplace-torch's Adam on log δ, lr 0.1,
+        100 steps from δ = 1; ``prior_structure="layerwise"``: one δ per parameter
+        tensor) or by the lowest negative log predictive density on ``val_loader``
+        among ``grid_size`` values 10^[min, max] (``"gridsearch"``). A failure
+        restores δ."""
         check_choice("method", method, ("marglik", "gridsearch"))
         check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
         self._post()
@@ -516,21 +476,17 @@ class Laplace:
         tune_sigma: bool = True,
         prior_structure: str = "scalar",
     ) -> list[float]:
-        """Maximise the evidence jointly over δ and (regression) σ by Adam on their
-        logs.
-
-        Starts from the current values; returns the evidence before each step
-        (laplace-torch's scheme: the values after the last step are kept).
-        """
+        """Maximise the evidence over δ and (regression) σ by Adam on their logs, from
+        the current values; returns the evidence before each step (the values after
+        the last step are kept, as laplace-torch does)."""
         check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
         check_count("n_steps", n_steps)
         check_positive("lr", lr)
         self._post()
-        init = {"prior_precision": self.prior_precision.clone()}
-        if prior_structure == "layerwise" and init["prior_precision"].numel() == 1:
-            init["prior_precision"] = (
-                init["prior_precision"].reshape(()).expand(self.n_param_tensors).clone()
-            )
+        p0 = self.prior_precision.clone()
+        if prior_structure == "layerwise" and p0.numel() == 1:
+            p0 = p0.reshape(()).expand(self.n_param_tensors).clone()
+        init = {"prior_precision": p0}
         if tune_sigma:
             if not self._lik.has_noise:
                 raise ValueError("sigma_noise can only be tuned for regression")
@@ -563,10 +519,8 @@ class Laplace:
 
     # ----- predictions --------------------------------------------------------------
     def _check_x(self, x: Tensor) -> None:
-        """Inputs to predict at: a batch on θ*'s device that the model can take. An
-        input shaped unlike the training inputs is tried on the model once, so that a
-        model that cannot take it fails here, naming both shapes, and not deep in
-        torch."""
+        """Inputs to predict at: a batch on θ*'s device; one shaped unlike the training
+        inputs is tried on the model once, to fail here naming both shapes."""
         check_inputs(x, self.mean)
         if self.input_shape is None or tuple(x.shape[1:]) == self.input_shape:
             return
@@ -587,23 +541,17 @@ class Laplace:
         return jacobian(self.weights.f, self.mean, x)
 
     def _predictive_layers(self) -> list[nn.Module] | None:
-        """The layers of the layer-wise predictive (``layer_predictive.py``): for a
-        posterior with ``layer_blocks`` (diag, KFAC) over a module whose trainable
-        parameters all sit in Linear and Conv2d layers; None means per-example
-        Jacobians."""
+        """The Linear/Conv2d layers of the layer-wise predictive for a posterior with
+        ``layer_blocks`` (diag, KFAC); None means per-example Jacobians."""
         if not hasattr(self._post(), "layer_blocks") or self.weights.module is None:
             return None
         return supported_layers(self.weights.module)
 
     def glm_predictive(self, x: Tensor, joint: bool = False) -> tuple[Tensor, Tensor]:
         """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without
-        σ²); with ``joint=True`` over all N·K outputs together: (N·K,) and (N·K, N·K).
-
-        Diagonal and KFAC posteriors of Linear/Conv2d networks (all weights or the last
-        layer) never form J: ``layer_predictive.py`` computes f_var from each layer's
-        output gradients and inputs. Every other case forms J (N, K, P), a few inputs at
-        a time.
-        """
+        σ²); with ``joint=True`` over all N·K outputs: (N·K,) and (N·K, N·K). Diagonal
+        and KFAC posteriors of Linear/Conv2d networks never form J
+        (``layer_predictive.py``); the others form it a few inputs at a time."""
         self._check_x(x)
         with torch.no_grad():
             f_mu = self.weights.f(self.mean, x)
@@ -621,8 +569,7 @@ class Laplace:
                 lambda X: w.f_in(theta, X), w.module, layers, x_in, blocks
             )
             return f_mu, f_var
-        # a few inputs at a time, so that their Jacobians stay small beside a P×P
-        # matrix (most structures have none: then CHUNK_CAP numbers at most)
+        # few enough inputs for their J to stay small beside a P×P matrix (or CHUNK_CAP)
         chunk = jacobian_chunk(
             f_mu.shape[-1], self.n_params, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP
         )
@@ -641,16 +588,12 @@ class Laplace:
         joint: bool = False,
         diagonal_output: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """The predictive at inputs x (N, ...).
-
-        Regression: ``pred_type="glm"`` → (f_mu (N, K), f_var (N, K, K)), f_var = J Σ Jᵀ
-        without σ² (``diagonal_output``: f_var (N, K); ``joint``: over all outputs,
-        (N·K,) and (N·K, N·K)); ``pred_type="nn"`` → mean and variance (N, K) of the
-        network at posterior samples. Classification: class probabilities (N, C), by
-        ``link_approx`` in "probit", "mc", "bridge", "bridge_norm" (softmax only) for
-        the GLM (``diagonal_output``: MC over a diagonal f_var), or by averaging softmax
-        (sigmoid) over sampled networks (``pred_type="nn"``).
-        """
+        """The predictive at inputs x (N, ...). Regression: ``"glm"`` → f_mu (N, K) and
+        f_var = J Σ Jᵀ (N, K, K) without σ² (``diagonal_output``: (N, K); ``joint``:
+        (N·K,), (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
+        Classification: class probabilities (N, C) by ``link_approx`` ("bridge" for
+        softmax only; ``diagonal_output``: MC over a diagonal f_var), or the mean
+        softmax (sigmoid) over sampled networks (``"nn"``)."""
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
@@ -683,10 +626,9 @@ class Laplace:
         diagonal_output: bool = False,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Samples of the outputs f at x, (S, N, K), as laplace-torch's method of this
-        name: ``"glm"`` draws from the GLM predictive N(f_mu, f_var) of each input
-        (outputs independent with ``diagonal_output``); ``"nn"`` is the network at θ ~
-        N(θ*, Σ)."""
+        """Samples of the outputs f at x, (S, N, K), as laplace-torch's: ``"glm"`` from
+        N(f_mu, f_var) per input (diagonal with ``diagonal_output``), ``"nn"`` the
+        network at θ ~ N(θ*, Σ)."""
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_count("n_samples", n_samples)
         if pred_type == "nn":  # (glm_predictive checks x itself)
@@ -705,8 +647,7 @@ class Laplace:
         diagonal_output: bool = False,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """:meth:`functional_samples` through the likelihood's inverse link: class
-        probabilities (S, N, C) for classification (C = 2 for one logit), the outputs
-        themselves (S, N, K) for regression."""
+        """:meth:`functional_samples` through the inverse link: class probabilities
+        (S, N, C) (C = 2 for one logit), or the outputs (S, N, K) for regression."""
         f = self.functional_samples(x, pred_type, n_samples, diagonal_output, generator)
         return self._lik.inverse_link(f)

@@ -1,32 +1,17 @@
 """The GLM predictive layer by layer: J Σ Jᵀ without per-example Jacobians.
 
-The diagonal and KFAC posteriors are block-diagonal over parameter tensors, and every
-block has the form
-
-    Σ_W = (Q_B ⊗ Q_A) diag(v) (Q_B ⊗ Q_A)ᵀ
-
-(KFAC: the eigenbases of B and A, v = 1/(c·λ_B ⊗ λ_A + δ); diagonal: Q_B = Q_A = I,
-v the marginal variances), with v read as an (out, in) matrix. For a Linear layer
-z = W a + b and one input, the Jacobian of output fₖ with respect to W is the outer
-product gₖ aᵀ (``layers.py``: gₖ = ∂fₖ/∂z, (out,); a the layer's input, (in,)). Since
-(Q_B ⊗ Q_A)ᵀ (gₖ ⊗ a) = (Q_Bᵀgₖ) ⊗ (Q_Aᵀa),
+The diagonal and KFAC posteriors are block-diagonal over parameter tensors, each block
+Σ_W = (Q_B ⊗ Q_A) diag(v) (Q_B ⊗ Q_A)ᵀ (KFAC: the eigenbases of B and A; diagonal:
+Q_B = Q_A = I, v the variances), v read as an (out, in) matrix. For a Linear layer
+z = W a + b the Jacobian of fₖ with respect to W is gₖ aᵀ (``layers.py``: gₖ = ∂fₖ/∂z),
+and (Q_B ⊗ Q_A)ᵀ (gₖ ⊗ a) = (Q_Bᵀgₖ) ⊗ (Q_Aᵀa), so
 
     (J Σ Jᵀ)ₖₗ from W = Σₒ uₖₒ uₗₒ wₒ,   u = Q_Bᵀ g (K, out),   w = v (Q_Aᵀ a)² (out,),
 
-which costs O(out·in + K·out² + in²) per input and layer, against K·P numbers for the
-per-example Jacobian J. A bias is the same with a = 1 (w = v). Summed over the blocks,
-that is f_var. The gₖ of all K outputs come from K backward passes per batch of inputs
-and the a from forward hooks, as for the layer-wise fit.
-
-Which layers take which route:
-
-* Linear on (n, in): the rank-one form above.
-* Conv2d (groups = 1) and Linear on (n, ..., in): W is shared over T positions, so the
-  Jacobian of W for one input is Σₜ gₖₜ uₜᵀ (out, in·kh·kw; uₜ the unfolded patch), not
-  of rank one. We form that block, (n, K, out, in·kh·kw) for a chunk of inputs, and
-  apply Σ_W to it in the same eigenbasis.
-* A network with a trainable parameter in any other kind of layer: ``Laplace`` uses the
-  per-example Jacobians J (N, K, P) instead.
+O(out·in + K·out² + in²) per input and layer (a bias: a = 1). A Conv2d (groups = 1) or
+a Linear on (n, ..., in) shares W over T positions: its Jacobian Σₜ gₖₜ uₜᵀ is formed
+per chunk of inputs and Σ_W applied in the same eigenbasis. The g come from K backward
+passes per batch and the a from forward hooks. Other layers: ``Laplace`` uses J.
 
 Shapes: n inputs, K outputs, P parameters, T output positions.
 """
@@ -41,17 +26,15 @@ from torch import Tensor, nn
 
 from .layers import forward_with_hooks, pull_back, unfold
 
-# inputs per chunk: at most this many numbers in the largest per-layer object of one
-# chunk (K gradients of a layer's output, or a Conv2d's Jacobian block), 64 MiB in
-# float32
+# inputs per chunk: at most this many numbers (64 MiB in float32) in the largest
+# per-layer object (K gradients of a layer's output, or a Conv2d's Jacobian block)
 CHUNK_NUMBERS = 1 << 24
 
 
 @dataclass
 class LayerBlock:
-    """One parameter tensor's posterior covariance (Q_B ⊗ Q_A) diag(v) (Q_B ⊗ Q_A)ᵀ:
-    ``v`` (size,) in the tensor's row-major order; ``QB`` (out, out) and ``QA`` (in, in)
-    orthogonal, None for the identity."""
+    """One parameter tensor's covariance (Q_B ⊗ Q_A) diag(v) (Q_B ⊗ Q_A)ᵀ: ``v`` (size,)
+    row-major; ``QB`` (out, out), ``QA`` (in, in) orthogonal, None for the identity."""
 
     v: Tensor
     QB: Tensor | None = None
@@ -111,22 +94,17 @@ def glm_variance(
     blocks: list[LayerBlock],
 ) -> tuple[Tensor, Tensor]:
     """f_mu (n, K) and f_var = J Σ Jᵀ (n, K, K) at inputs X (f_var keeps the graph of
-    the blocks, e.g. of δ), for a posterior
-    that is block-diagonal over the trainable parameter tensors of ``layers`` (Linear
-    and Conv2d; every trainable parameter of ``model`` in one of them), one
-    :class:`LayerBlock` each, in ``model.parameters()`` order. ``forward`` computes the
-    network at θ* (``model`` itself, or a functional call of it whose parameters require
-    gradients, so that each layer's output does); it runs once, with K backward passes,
-    per chunk of inputs."""
+    the blocks, e.g. of δ), for a posterior with one :class:`LayerBlock` per trainable
+    parameter tensor of ``layers`` (Linear and Conv2d holding every trainable parameter
+    of ``model``), in ``model.parameters()`` order. ``forward`` is the network at θ*
+    with each layer's output requiring gradients; it runs once per chunk of inputs."""
     sizes = [sum(p.requires_grad for p in m.parameters(recurse=False)) for m in layers]
     if sum(sizes) != len(blocks):
         raise ValueError(
             f"{len(blocks)} posterior blocks for {sum(sizes)} parameter tensors"
         )
-    per_layer, start = [], 0
-    for n in sizes:
-        per_layer.append(blocks[start : start + n])
-        start += n
+    it = iter(blocks)
+    per_layer = [[next(it) for _ in range(n)] for n in sizes]
     chunk = _chunk(model, layers, X)
     mus, variances = [], []
     for Xc in X.split(chunk):
@@ -142,9 +120,8 @@ def glm_variance(
 
 
 def _chunk(model: nn.Module, layers: list[nn.Module], X: Tensor) -> int:
-    """Inputs per chunk: :data:`CHUNK_NUMBERS` over the largest per-input object,
-    estimated from one input's forward pass (K outputs times a layer's output, or times
-    a Conv2d's weight for its Jacobian block)."""
+    """Inputs per chunk: :data:`CHUNK_NUMBERS` over the largest per-input object (K
+    times a layer's output, or times a shared weight), from one input's forward pass."""
     if X.shape[0] <= 1:
         return 1
     sizes: list[int] = []

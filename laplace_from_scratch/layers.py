@@ -1,20 +1,12 @@
 """The layer structure of a network: curvature that never forms per-example Jacobians.
 
-For a layer z = W a + b inside the network, pull every column c of Λₙ^½ back to the
-layer's output,
-
-gₙ꜀ = Jzₙᵀ sₙ꜀   (out,),      Jzₙ = ∂f(xₙ)/∂zₙ  (K, out),      sₙ꜀ = column c of Λₙ^½
-(K,).
-
-Because Λₙ = Σ꜀ sₙ꜀ sₙ꜀ᵀ and the Jacobian of f with respect to W factorises through z,
-Jₙᵀ sₙ꜀ restricted to W is the outer product gₙ꜀ aₙᵀ: the GGN of the layer's weights, Σₙ
-Σ꜀ (Jₙᵀ sₙ꜀)(Jₙᵀ sₙ꜀)ᵀ, is a sum of products of these two small vectors. For all n at
-once, gₙ꜀ is one reverse-mode pass of Σₙ sₙ꜀ᵀ f(xₙ), so K backward passes give every
-layer's g for a batch, and one forward pass with hooks gives every layer's a. KFAC
-(``kron.py``) and the exact diagonal (``diag.py``) are both built from them.
-
-Conv2d (groups = 1): at each output position t the layer is a Linear layer on the
-unfolded input patch uₙₜ (``F.unfold``), so the same holds with a sum over positions.
+For a layer z = W a + b, pull every column sₙ꜀ (K,) of Λₙ^½ back to the layer's output:
+gₙ꜀ = Jzₙᵀ sₙ꜀ (out,), Jzₙ = ∂f(xₙ)/∂zₙ (K, out). Since Λₙ = Σ꜀ sₙ꜀ sₙ꜀ᵀ and Jₙᵀ sₙ꜀
+restricted to W is the outer product gₙ꜀ aₙᵀ, the GGN of the layer's weights is a sum
+of products of these two small vectors. K backward passes of Σₙ sₙ꜀ᵀ f(xₙ) give every
+layer's g for a batch, and one forward pass with hooks every layer's a: KFAC
+(``kron.py``) and the exact diagonal (``diag.py``) are built from them. A Conv2d
+(groups = 1) is a Linear layer on the unfolded patch at each output position.
 
 Shapes: N examples (n in a batch), K outputs, T output positions.
 """
@@ -36,9 +28,8 @@ LAYERS = (nn.Linear, nn.Conv2d)
 
 
 def supported_layers(model: nn.Module) -> list[nn.Module] | None:
-    """The Linear and Conv2d layers of ``model``, in ``model.modules()`` order (which is
-    the order of ``model.parameters()``), or None if some trainable parameter lives in
-    another kind of module."""
+    """The Linear and Conv2d layers of ``model`` in ``model.modules()`` order, or None
+    if some trainable parameter lives in another kind of module."""
     layers = [m for m in model.modules() if isinstance(m, LAYERS)]
     owned = {id(p) for m in layers for p in m.parameters()}
     if any(id(p) not in owned for p in model.parameters() if p.requires_grad):
@@ -75,12 +66,9 @@ def unfold(m: nn.Conv2d, x: Tensor) -> Tensor:
 
 @dataclass
 class Backprop:
-    """One batch through the network.
-
-    ``f`` (n, K) the outputs; ``inputs[i]`` layer i's input a (detached);
-    ``grads[c][i]`` the pulled-back column gₙ꜀ at layer i's output, shaped like that
-    output: (n, out) for a Linear on (n, in), (n, out, h, w) for a Conv2d.
-    """
+    """One batch through the network: the outputs ``f`` (n, K), ``inputs[i]`` layer
+    i's input a (detached) and ``grads[c][i]`` the column gₙ꜀ at layer i's output,
+    shaped like it ((n, out) for a Linear on (n, in), (n, out, h, w) for a Conv2d)."""
 
     f: Tensor
     inputs: list[Tensor]
@@ -93,9 +81,8 @@ def forward_with_hooks(
     layers: list[nn.Module],
     X: Tensor,
 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-    """``forward(X)`` (the network ``model``, or a functional call of it) with forward
-    hooks on ``layers``: the outputs f (n, K) with their graph, each layer's input
-    (detached) and each layer's output z (in the graph, to pull gradients back to)."""
+    """``forward(X)`` (``model`` or a functional call of it) with hooks on ``layers``:
+    the outputs f (n, K), each layer's input (detached) and output z (in the graph)."""
     inputs: dict[nn.Module, Tensor] = {}
     outputs: dict[nn.Module, Tensor] = {}
 

@@ -1,23 +1,16 @@
 """Likelihoods: the negative log-likelihood and its Hessian Λ with respect to the
 outputs.
 
-Both are for the *summed* loss over the data, as in laplace-torch:
-
-* Gaussian noise with standard deviation σ (regression):
-  −log p(y | f) = ‖y − f‖² / (2σ²) + K·log(σ√(2π)) per example, and Λ = I/σ².
-* Categorical with a softmax over K logits (classification):
-  −log p(y | f) = −log softmax(f)_y per example, and Λ = diag(p) − p pᵀ.
-* Bernoulli with one logit and a sigmoid (binary classification):
-  −log p(y | f) = −y log σ(f) − (1 − y) log(1 − σ(f)), and Λ = σ(f)(1 − σ(f)). It is
-  the two-class softmax with the first logit pinned at 0: softmax([0, f])₁ = σ(f), and
-  [0, 1]ᵀ (diag p − p pᵀ) [0, 1] = p₁(1 − p₁). laplace-torch 0.3 has no binary
-  likelihood; the tests compare against it through exactly this embedding.
+For the *summed* loss over the data, as in laplace-torch: Gaussian noise σ
+(regression, Λ = I/σ²), a softmax over K logits (classification, Λ = diag(p) − p pᵀ)
+and one logit with a sigmoid (binary classification, Λ = σ(f)(1 − σ(f))). The last is
+the two-class softmax with the first logit pinned at 0 (softmax([0, f])₁ = σ(f)): the
+tests compare against laplace-torch 0.3, which has no binary likelihood, that way.
 
 Each likelihood also owns what the rest of the module needs to know about it, so that
-nothing else switches on its name: the part of the loss that the factor 1/(σ²T) scales
-(``fit_loss``), the normalising constant (``log_normaliser``), the usual mean loss and
-its weight-decay mapping (``mean_loss``, ``prior_precision_per_weight_decay``), the
-predictive link (``link``, ``nn_link``) and the validation score (``predictive_nll``).
+nothing else switches on its name: ``fit_loss`` (the part the factor 1/(σ²T) scales),
+``log_normaliser``, ``mean_loss`` and ``prior_precision_per_weight_decay``, the
+predictive links ``link`` and ``nn_link``, and the validation score ``predictive_nll``.
 
 Shapes: N examples, K outputs, C classes, S samples.
 """
@@ -30,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_choice, check_outputs
 from .predictive import (
     laplace_bridge,
     mc_sigmoid,
@@ -39,9 +33,7 @@ from .predictive import (
     two_class,
 )
 
-# The allowed values, in one place (``Laplace`` checks its arguments against these):
-# the likelihood names (``Laplace(model, likelihood)``, :func:`get_likelihood`) and
-# the GLM predictive's links (``link_approx``).
+# the allowed likelihood names and GLM predictive links (``link_approx``), in one place
 NAMES = ("regression", "classification", "binary_classification")
 LINKS = ("probit", "mc", "bridge", "bridge_norm")
 
@@ -67,11 +59,7 @@ class Gaussian:
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example. f: (N, K) → (N, K, K)."""
-        if f.ndim != 2:
-            raise ValueError(
-                f"the model's outputs must be (N, K), got {tuple(f.shape)} "
-                "(reshape to (N, 1)?)"
-            )
+        check_outputs(f)
         N, K = f.shape
         eye = torch.eye(K, dtype=f.dtype, device=f.device)
         return eye.expand(N, K, K) / self.sigma_noise**2
@@ -100,8 +88,7 @@ class Gaussian:
     def prior_precision_per_weight_decay(
         self, n_data: int, n_outputs: int, sigma_noise: float
     ) -> float:
-        """δ = N·K/(2σ²) per unit of weight decay: the MSE mean is over N·K entries, the
-        NLL has 1/(2σ²)."""
+        """δ = N·K/(2σ²) per unit of weight decay (the MSE averages N·K entries)."""
         return n_data * n_outputs / (2 * sigma_noise**2)
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
@@ -123,11 +110,8 @@ class Gaussian:
         mu, var = prediction
         var = var.diagonal(dim1=-2, dim2=-1) if var.ndim == 3 else var
         _check_regression(mu, y)
-        return (
-            -torch.distributions.Normal(mu, (var + sigma_noise**2).sqrt())
-            .log_prob(y)
-            .sum()
-        )
+        std = (var + sigma_noise**2).sqrt()
+        return -torch.distributions.Normal(mu, std).log_prob(y).sum()
 
 
 class _Classification:
@@ -155,7 +139,8 @@ class _Classification:
         """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest
         normal number (probability targets (N, C): the cross-entropy −Σ y log p)."""
         logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
-        _check_targets(y, probs.shape[1])
+        if not (y.is_floating_point() and y.ndim == 2):  # else (N, C) probability rows
+            _check_labels(y, probs.shape[1])
         if y.is_floating_point():
             return -(y * logp).sum()
         return -logp.gather(1, y.unsqueeze(1)).sum()
@@ -180,12 +165,8 @@ class Categorical(_Classification):
     def output_gradient(self, f: Tensor, y: Tensor) -> Tensor:
         """∂(−log p)/∂f = softmax(f) − onehot(y) per example. (N, K)."""
         _check_classification(f, y)
-        target = (
-            y.to(f.dtype)
-            if y.is_floating_point()
-            else F.one_hot(y, f.shape[-1]).to(f.dtype)
-        )
-        return torch.softmax(f, dim=-1) - target
+        target = y if y.is_floating_point() else F.one_hot(y, f.shape[-1])
+        return torch.softmax(f, dim=-1) - target.to(f.dtype)
 
     def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
         """The mean cross-entropy (``nn.CrossEntropyLoss()``)."""
@@ -194,7 +175,7 @@ class Categorical(_Classification):
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
         """Class probabilities (N, K) of the Gaussian over the logits, by
         ``link_approx``."""
-        _check_link(link_approx)
+        check_choice("link_approx", link_approx, LINKS)
         if link_approx == "probit":
             return probit(f_mu, f_var)
         if link_approx == "mc":
@@ -242,7 +223,7 @@ class Bernoulli(_Classification):
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
         """Class probabilities (N, 2) of the Gaussian over the one logit, by
         ``link_approx``."""
-        _check_link(link_approx)
+        check_choice("link_approx", link_approx, LINKS)
         if link_approx.startswith("bridge"):
             raise ValueError(
                 "link_approx='bridge' needs K ≥ 2 logits; "
@@ -271,25 +252,10 @@ def get_likelihood(
     ``"binary_classification"`` → Bernoulli; likelihood objects pass through."""
     if isinstance(likelihood, Gaussian | Categorical | Bernoulli):
         return likelihood
+    check_choice("likelihood", likelihood, NAMES)
     if likelihood == "regression":
         return Gaussian(sigma_noise)
-    if likelihood == "classification":
-        return Categorical()
-    if likelihood == "binary_classification":
-        return Bernoulli()
-    raise ValueError(f"likelihood must be one of {NAMES}, got {likelihood!r}")
-
-
-def _check_targets(y: Tensor, n_classes: int) -> None:
-    """Integer labels in [0, C) or (N, C) probability rows, for a predictive over C
-    classes."""
-    if not (y.is_floating_point() and y.ndim == 2):
-        _check_labels(y, n_classes)
-
-
-def _check_link(link_approx: str) -> None:
-    if link_approx not in LINKS:
-        raise ValueError(f"link_approx must be one of {LINKS}, got {link_approx!r}")
+    return Categorical() if likelihood == "classification" else Bernoulli()
 
 
 def _check_regression(f: Tensor, y: Tensor) -> None:
@@ -318,18 +284,16 @@ def _check_logits(f: Tensor) -> None:
         )
     if f.shape[1] < 2:
         raise ValueError(
-            "a softmax over one logit is constant: "
-            "'classification' needs K ≥ 2 outputs; "
-            "for one logit with a sigmoid use 'binary_classification'"
+            "a softmax over one logit is constant: 'classification' needs K ≥ 2 "
+            "outputs; for one logit with a sigmoid use 'binary_classification'"
         )
 
 
 def _check_one_logit(f: Tensor) -> None:
     if f.ndim != 2 or f.shape[1] != 1:
         raise ValueError(
-            "binary_classification needs one logit per example, outputs (N, 1), "
-            f"got {tuple(f.shape)}; "
-            "for K ≥ 2 logits with a softmax use 'classification'"
+            "binary_classification needs one logit per example, outputs (N, 1), got "
+            f"{tuple(f.shape)}; for K ≥ 2 logits with a softmax use 'classification'"
         )
 
 
@@ -340,13 +304,11 @@ def _check_classification(f: Tensor, y: Tensor) -> None:
     # one-hot or class-probability targets (N, K)
     if y.shape != f.shape:
         raise ValueError(
-            f"probability targets y {tuple(y.shape)} "
-            f"must have the outputs' shape {tuple(f.shape)}"
+            f"probability targets y {tuple(y.shape)} must have the outputs' shape "
+            f"{tuple(f.shape)}"
         )
-    if not (
-        torch.all(y >= 0)
-        and torch.allclose(y.sum(-1), torch.ones_like(y[:, 0]), atol=1e-6)
-    ):
+    ones = torch.ones_like(y[:, 0])
+    if not (torch.all(y >= 0) and torch.allclose(y.sum(-1), ones, atol=1e-6)):
         raise ValueError(
             "probability targets must be non-negative with rows that sum to 1"
         )

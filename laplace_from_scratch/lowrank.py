@@ -1,28 +1,17 @@
 """Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ, plus the
 diagonal prior.
 
-The GGN of N examples has rank at most N·K, and its spectrum usually decays fast: a few
-large eigenvalues carry most of it (notebook 05). Keeping the k largest, found by
-Lanczos on GGN-vector products (``matfree.py``) without ever forming H, gives
-
-    Σ⁻¹ = c·V diag(λ) Vᵀ + D,        c = 1/(σ²T),   D = diag(p₀).
-
-Write Σ⁻¹ = D^½ (I + W Wᵀ) D^½ with W = D^-½ V diag(cλ)^½ (P × k). With the k×k
-eigendecomposition Wᵀ W = E diag(s) Eᵀ, the columns of U = W E s^-½ are orthonormal and
-W Wᵀ = U diag(s) Uᵀ, so
+The spectrum of the GGN (rank ≤ N·K) usually decays fast (notebook 05). Keeping the k
+largest eigenpairs, found by Lanczos on GGN-vector products (``matfree.py``), gives
+Σ⁻¹ = c·V diag(λ) Vᵀ + D, D = diag(p₀). Write Σ⁻¹ = D^½ (I + W Wᵀ) D^½ with
+W = D^-½ V diag(cλ)^½ (P × k); with Wᵀ W = E diag(s) Eᵀ, U = W E s^-½ is orthonormal and
 
     log det Σ⁻¹ = Σ log dᵢ + log det(I_k + Wᵀ W),
     Σ           = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½,
-    θ ~ N(0, Σ):  D^-½ (ε + U diag((1 + s)^-½ − 1) Uᵀ ε):
 
-every operation costs O(P·k²) or less, for any diagonal prior (scalar, per tensor or per
-parameter). Along the P − k directions it drops, the posterior is the prior: the
-approximation under-estimates H, so it over-estimates uncertainty there.
-
-laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the *Hessian* (through
-the old ``asdfghjkl`` package), not of the GGN; on a network that is not at an exact
-minimum, or not linear in its weights, the two differ by the residual term of
-``curvature.py``.
+in O(P·k²) for any diagonal prior. Along the P − k directions it drops, the posterior
+is the prior. laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the
+*Hessian* (through ``asdfghjkl``), not of the GGN: they differ by the residual term.
 
 Shapes: P parameters, k the rank, N inputs, K outputs, S samples.
 """
@@ -44,10 +33,8 @@ from .posterior import prior_precision_diag
 def top_eigenpairs(
     matvec: MatVec, v0: Tensor, k: int, n_iter: int
 ) -> tuple[Tensor, Tensor]:
-    """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator, from
-    ``n_iter`` steps of Lanczos with full re-orthogonalisation started at v0 (exact when
-    ``n_iter`` = P). Eigenvalues that are zero to round-off (below 1e-12·λ_max, or
-    Krylov directions H does not reach) are dropped."""
+    """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator from
+    ``n_iter`` Lanczos steps started at v0; eigenvalues below 1e-12·λ_max dropped."""
     T, Q = lanczos(matvec, v0, n_iter)
     theta, U = torch.linalg.eigh(T)
     theta, U = theta.flip(0), U.flip(1)  # largest first
@@ -57,15 +44,10 @@ def top_eigenpairs(
 
 
 class LowRankGGN(MatfreeGGN):
-    """Builder: ``update(X)`` stores each batch (and returns f(X), as
-    :class:`MatfreeGGN`); ``finish()`` runs Lanczos on the GGN of all stored data and
-    returns a :class:`LowRankPosterior` of rank ``rank`` (default 20).
-
-    ``n_iter`` Lanczos steps (default min(P, 2·rank + 20)): Ritz values of the largest
-    eigenvalues converge first, so a few more steps than the rank suffice when the
-    spectrum decays. The start vector is a fixed-seed Gaussian draw, so a fit is
-    deterministic. The eigenpairs of two data sets do not add up, so a fit cannot be
-    continued with more data (``can_update = False``)."""
+    """Builder: ``update(X)`` stores each batch (as :class:`MatfreeGGN`); ``finish()``
+    runs ``n_iter`` Lanczos steps (default min(P, 2·rank + 20), from a fixed-seed start)
+    on the GGN of all of them: a :class:`LowRankPosterior` of rank ``rank``. Eigenpairs
+    do not add up, so a fit cannot be continued (``can_update = False``)."""
 
     can_update = False
 
@@ -91,10 +73,8 @@ class LowRankGGN(MatfreeGGN):
 
 
 class LowRankMatrix(Operator):
-    """Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½ from the whitened form (d, U, s) of
-    :meth:`LowRankPosterior._whitened`, or with ``inverse=True`` its inverse
-    Σ = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½: products, diagonal and log det in
-    O(P·k) per vector."""
+    """Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½ from :meth:`LowRankPosterior._whitened`, or with
+    ``inverse=True`` Σ = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½, in O(P·k)."""
 
     def __init__(self, d: Tensor, U: Tensor, s: Tensor, inverse: bool = False):
         self.d, self.U, self.inverse = d, U, inverse
@@ -117,9 +97,8 @@ class LowRankMatrix(Operator):
 
 
 class LowRankPosterior:
-    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol for H
-    ≈ V diag(λ) Vᵀ. ``H`` is the pair (V (P, k), λ (k,)), as laplace-torch's
-    ``LowRankLaplace.H``."""
+    """The :class:`~laplace_from_scratch.posterior.Posterior` protocol for H ≈ V diag(λ)
+    Vᵀ; ``H`` is (V (P, k), λ (k,)), as laplace-torch's ``LowRankLaplace.H``."""
 
     def __init__(self, V: Tensor, eigvals: Tensor, param_sizes: list[int]):
         self.V, self.eigvals, self.param_sizes = V, eigvals, list(param_sizes)

@@ -1,16 +1,12 @@
 """Matrix-free Laplace: never form the P×P GGN, only products with it.
 
-A GGN-vector product is a forward-mode product J v (one JVP), the output Hessian Λ J v
-(K×K per example), and a reverse-mode product Jᵀ(Λ J v) (one VJP): about the cost of two
-passes over the data, and memory O(P) instead of O(P²). With products
-Σ⁻¹ v = c·G v + p₀ ⊙ v of the posterior precision (c = 1/(σ²T)) we get
-
-* Σ b by conjugate gradients (CG), for J Σ Jᵀ at a few test inputs;
-* log det Σ⁻¹ by stochastic Lanczos quadrature (SLQ): log det Σ⁻¹ = tr log Σ⁻¹
-  = E[zᵀ log(Σ⁻¹) z] for Rademacher z, and zᵀ log(Σ⁻¹) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from
-  the eigenpairs (θⱼ, τⱼ = first components) of the m×m Lanczos tridiagonal matrix
-  started at z;
-* samples θ* + Σ^½ ε with Σ^½ ε ≈ ‖ε‖ Q_m T_m^{-½} e₁ from the same Lanczos process.
+A GGN-vector product is one JVP J v, the output Hessian Λ J v and one VJP Jᵀ(Λ J v):
+about two passes over the data, and memory O(P) instead of O(P²). From the products
+Σ⁻¹ v = c·G v + p₀ ⊙ v (c = 1/(σ²T)) we get Σ b by conjugate gradients (J Σ Jᵀ at a
+few inputs); log det Σ⁻¹ = E[zᵀ log(Σ⁻¹) z] (Rademacher z) by stochastic Lanczos
+quadrature, zᵀ log(Σ⁻¹) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from the eigenpairs (θⱼ, τⱼ = first
+components) of the Lanczos tridiagonal matrix started at z; and samples θ* + Σ^½ ε,
+Σ^½ ε ≈ ‖ε‖ Q T^{-½} e₁, from the same Lanczos process.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -31,6 +27,7 @@ from .devices import rademacher, randn
 from .functional import Functional
 from .likelihoods import Likelihood
 from .operators import Operator, per_row
+from .posterior import prior_precision_diag
 
 MatVec = Callable[[Tensor], Tensor]
 
@@ -76,8 +73,9 @@ def posterior_precision_matvec(
 ) -> MatfreeMatrix:
     """Σ⁻¹ = factor·G + diag(p₀) of the data X (p₀ scalar or (P,)), as a
     :class:`MatfreeMatrix`: a function v ↦ Σ⁻¹ v."""
-    G = GGNOperator(f, theta, likelihood, [X])
-    return MatfreeMatrix(G, prior_precision, factor)
+    return MatfreeMatrix(
+        GGNOperator(f, theta, likelihood, [X]), prior_precision, factor
+    )
 
 
 def conjugate_gradient(
@@ -86,14 +84,11 @@ def conjugate_gradient(
     """Solve A x = b for SPD A given only v ↦ A v. b: (P,), or (P, R) for R independent
     solves that share each product A [p₁ … p_R] (``matvec`` must accept (P, R) then). A
     column stops at ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
-    if max_iter is None:
-        max_iter = 10 * b.shape[0]
+    max_iter = 10 * b.shape[0] if max_iter is None else max_iter
     check_count("max_iter", max_iter)
     if not torch.isfinite(b).all():
         raise ValueError("the right-hand side b contains NaN or inf")
-    x = torch.zeros_like(b)
-    r = b.clone()
-    p = r.clone()
+    x, r, p = torch.zeros_like(b), b.clone(), b.clone()
     rr = (r * r).sum(0)
     stop = (tol * b.norm(dim=0)) ** 2
     for i in range(max_iter):
@@ -116,10 +111,10 @@ def conjugate_gradient(
         rr_new = (r * r).sum(0)
         p = r + torch.where(active, rr_new / torch.where(active, rr, 1), 0) * p
         rr = rr_new
+    residual = (rr.sqrt() / b.norm(dim=0)).max().item()
     warnings.warn(
-        f"conjugate gradients did not reach tol={tol} "
-        f"in max_iter={max_iter} iterations "
-        f"(relative residual {(rr.sqrt() / b.norm(dim=0)).max().item():.2e})",
+        f"conjugate gradients did not reach tol={tol} in max_iter={max_iter} "
+        f"iterations (relative residual {residual:.2e})",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -140,11 +135,8 @@ def check_basis_fits(n_params: int, m: int, like: Tensor) -> None:
 
 
 def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
-    """m steps of Lanczos with full re-orthogonalisation from v0.
-
-    Returns (T (m', m') tridiagonal, Q (P, m') orthonormal) with Qᵀ A Q = T; m' < m if
-    the Krylov space is exhausted early.
-    """
+    """m steps of Lanczos with full re-orthogonalisation from v0: T (m', m')
+    tridiagonal and Q (P, m') orthonormal, Qᵀ A Q = T (m' < m if the space ends)."""
     P = v0.numel()
     if not v0.norm() > 0:  # also False for NaN
         raise ValueError("Lanczos needs a non-zero, finite start vector")
@@ -185,16 +177,10 @@ def slq_log_det_and_inverse_diagonal(
     m: int,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """SLQ for log det A together with a Hutchinson estimate of diag(A⁻¹) from the same
-    probes.
-
-    For a probe z the Lanczos process gives both zᵀ log(A) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ and
-    A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ (τ = first components of the eigenvectors U of T);
-    E[z ⊙ A⁻¹z] = diag(A⁻¹) for Rademacher z. ``like`` (P,) gives the vectors' dtype
-    and device; ``n_probes`` ≥ 2 (checked where it enters: a standard error needs two).
-    Returns (log det estimate, its standard error over the probes, diag(A⁻¹) estimate
-    (P,)).
-    """
+    """SLQ for log det A and, from the same probes z, the Hutchinson estimate
+    E[z ⊙ A⁻¹z] of diag(A⁻¹), with A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ. ``like`` (P,) gives
+    the dtype and device; ``n_probes`` ≥ 2. Returns (log det, its standard error over
+    the probes, diag(A⁻¹) (P,))."""
     P = like.numel()
     values, diag = [], torch.zeros_like(like)
     for _ in range(n_probes):
@@ -222,12 +208,9 @@ def slq_log_det(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """log det A by stochastic Lanczos quadrature with Rademacher probes.
-
-    ``dtype`` and ``device`` are those of the operator's vectors (default: torch's
-    defaults); the probes are drawn by ``generator`` on its own device (a CPU generator
-    works for a CUDA operator). Returns (estimate, standard error over the probes).
-    """
+    """log det A (A: ``n_params`` × ``n_params``, vectors of ``dtype`` on ``device``)
+    by SLQ with Rademacher probes drawn by ``generator`` on its own device. Returns
+    (estimate, standard error over the probes)."""
     check_count("n_probes", n_probes, minimum=2)  # two for a standard error
     dtype = dtype or torch.get_default_dtype()
     like = torch.zeros(n_params, dtype=dtype, device=device)
@@ -283,8 +266,7 @@ class _StochasticLogDet(torch.autograd.Function):
 
 
 class GGNOperator(Operator):
-    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches, by products: ``G @ v`` for v (P,)
-    or (P, m)."""
+    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches: ``G @ v`` for v (P,) or (P, m)."""
 
     def __init__(
         self,
@@ -305,12 +287,8 @@ class GGNOperator(Operator):
 
 
 class MatfreeMatrix(Operator):
-    """The posterior precision Σ⁻¹ = c·G + diag(p₀) by products
-
-        Σ⁻¹ v = c·G v + p₀ ⊙ v,        c = 1/(σ²T),
-
-    for p₀ scalar or (P,) and v (P,) or (P, m); with ``inverse=True`` the covariance Σ,
-    each product a CG solve to ``cg_tol``."""
+    """Σ⁻¹ v = c·G v + p₀ ⊙ v (p₀ scalar or (P,), v (P,) or (P, m)); with
+    ``inverse=True`` the covariance Σ, each product a CG solve to ``cg_tol``."""
 
     def __init__(
         self,
@@ -344,8 +322,7 @@ class MatfreeMatrix(Operator):
 
 class MatfreeGGN(FunctionalBuilder):
     """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns
-    a :class:`MatfreePosterior` that computes everything from GGN-vector products over
-    them."""
+    a :class:`MatfreePosterior` over them."""
 
     def __init__(
         self,
@@ -371,22 +348,13 @@ class MatfreeGGN(FunctionalBuilder):
 
 
 class MatfreePosterior:
-    """Implements the :class:`~laplace_from_scratch.posterior.Posterior` protocol with
-    products only:
-
-    * ``log_det``: SLQ with ``n_probes`` Rademacher probes and ``lanczos_steps`` steps,
-      its standard error in ``log_det_se``; differentiable in δ and σ through a
-      Hutchinson estimate of diag(Σ) from the same probes (∂ log det Σ⁻¹/∂p₀ = diag Σ,
-      ∂/∂c = tr(Σ H) = (P − Σᵢ p₀ᵢ Σᵢᵢ)/c), so the evidence can be tuned by Adam
-      like any other structure (with stochastic gradients);
-    * ``variance``: that Hutchinson estimate of diag(Σ) (unbiased, not exact);
-    * ``functional_variance``: conjugate gradients, all N·K right-hand sides together
-      (tolerance ``cg_tol``);
-    * ``sample``: Lanczos Σ^½ ε with ``sample_steps`` steps.
-
-    The probes are drawn from a generator seeded with ``seed`` at every call: the same
-    (δ, σ) give the same estimate. Memory is O(P·lanczos_steps); nothing P×P is formed.
-    """
+    """The :class:`~laplace_from_scratch.posterior.Posterior` protocol by products:
+    ``log_det`` by SLQ (``n_probes`` probes, ``lanczos_steps`` steps; standard error in
+    ``log_det_se``), differentiable through the Hutchinson estimate of diag Σ from the
+    same probes (∂/∂p₀ = diag Σ, ∂/∂c = (P − Σᵢ p₀ᵢ Σᵢᵢ)/c), which is also
+    ``variance``; ``functional_variance`` by CG to ``cg_tol``; ``sample`` by Lanczos
+    with ``sample_steps`` steps. The probes come from a generator seeded with ``seed``
+    at every call. Memory is O(P·lanczos_steps)."""
 
     def __init__(
         self,
@@ -408,8 +376,6 @@ class MatfreePosterior:
         self._slq: tuple[Tensor, tuple[Tensor, Tensor, Tensor]] | None = None
 
     def _prior_diag(self, prior: Tensor) -> Tensor:
-        from .posterior import prior_precision_diag
-
         return prior_precision_diag(prior, self.param_sizes).to(self.H.theta.dtype)
 
     def _estimate(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,11 +1,10 @@
 """A symmetric P×P matrix known by its products: the GGN of matrix-free Laplace, and
 Σ⁻¹ (``precision``) and Σ (``covariance``) of the KFAC, low-rank and matrix-free ones.
 
-A subclass sets ``shape`` (P, P) and ``like`` (a tensor of its data, whose dtype and
-device everything it returns has) and defines ``A @ v``; ``A(v)`` is the same product,
-so an operator goes wherever a function v ↦ A v is expected (``matfree.py``). The
-defaults of ``to_matrix()`` and ``diagonal()`` take P products (small P); subclasses
-with a cheaper form override them, and define ``logdet()`` where they can.
+A subclass sets ``shape`` (P, P) and ``like`` (a tensor giving the dtype and device of
+its results) and defines ``A @ v`` (``A(v)`` too, as a function v ↦ A v). The default
+``to_matrix()`` and ``diagonal()`` take P products; subclasses may override them and
+define ``logdet()``.
 
 Shapes: P parameters, m vectors at once.
 """

@@ -1,29 +1,21 @@
-"""The Gaussian (Laplace) posterior N(θ*, Σ) over the flat parameter vector.
-
-Convention (laplace-torch 0.3): with the GGN H of the summed loss computed with Λ = I
-for regression (see ``curvature.py``), the posterior precision is
+"""The Gaussian (Laplace) posterior N(θ*, Σ) over the flat parameter vector, with the
+convention of laplace-torch 0.3: H is the GGN of the summed loss with Λ = I for
+regression (``curvature.py``), and the posterior precision is
 
     Σ⁻¹ = c·H + diag(p₀),    c = 1/(σ²T),
 
-σ the noise standard deviation (1 for classification), T the temperature and p₀ the
-prior precision: a scalar, one value per parameter tensor ("layerwise") or one per
-parameter.
+σ the noise (1 for classification), T the temperature and p₀ the prior precision: a
+scalar, one value per parameter tensor ("layerwise") or one per parameter.
 
-Two factorisations, each never forming an explicit inverse:
+Two factorisations, neither forming an explicit inverse: Cholesky, Σ⁻¹ = L Lᵀ, with
+log det Σ⁻¹ = 2 Σᵢ log Lᵢᵢ and samples θ* + L⁻ᵀ ε; and, for a *scalar* p₀ = δ, the
+eigendecomposition H = Q diag(λ) Qᵀ, Σ⁻¹ = Q diag(cλ + δ) Qᵀ: after one O(P³)
+decomposition every change of δ or c costs O(P).
 
-* Cholesky, Σ⁻¹ = L Lᵀ: log det Σ⁻¹ = 2 Σᵢ log Lᵢᵢ; a sample is θ* + L⁻ᵀ ε (a triangular
-  solve), whose covariance is L⁻ᵀ L⁻¹ = Σ.
-* Eigendecomposition of H = Q diag(λ) Qᵀ, for a *scalar* p₀ = δ:
-  Σ⁻¹ = Q diag(cλ + δ) Qᵀ, so after one O(P³) decomposition every change of δ or c
-  costs O(P).
-
-Every posterior structure of the module (full, eigen and diagonal here, KFAC in
-``kron.py``, low-rank in ``lowrank.py``, matrix-free in ``matfree.py``) implements one
-small protocol, :class:`Posterior`: it holds the fitted curvature H and, given the prior
-precision p₀ and the factor c, gives the log-determinant of Σ⁻¹, the marginal variances,
-J Σ Jᵀ, samples, Σ⁻¹ and Σ (dense for full, in the structure's own form otherwise).
-``Laplace`` composes them without knowing which one it holds. Every result has the dtype
-of the curvature (the model's).
+Every posterior structure (full, eigen and diagonal here, KFAC in ``kron.py``, low-rank
+in ``lowrank.py``, matrix-free in ``matfree.py``) implements the protocol
+:class:`Posterior`; ``Laplace`` composes them without knowing which one it holds.
+Results have the dtype of the curvature (the model's).
 
 Shapes: P parameters (P is never the precision: that is Σ⁻¹), S samples, N inputs,
 K outputs.
@@ -40,20 +32,20 @@ import torch
 from torch import Tensor
 
 from . import dense
+from .checks import check_choice
 from .devices import randn
 
 # (layer_predictive imports the likelihoods, which sample with :func:`cholesky`)
 if TYPE_CHECKING:
     from .layer_predictive import LayerBlock
 
-# what a prior precision with this many values means ("scalar", "layerwise", "diag")
+# what a prior precision can be: one value, one per parameter tensor, one per parameter
 PRIOR_KINDS = ("scalar", "layerwise", "diag")
 
 
 def prior_kind(prior_precision: Tensor, param_sizes: Sequence[int]) -> str:
-    """Which of :data:`PRIOR_KINDS` a prior precision is: one value ("scalar"), one per
-    parameter tensor ("layerwise") or one per parameter ("diag"). The one place that
-    checks a prior's shape and sign."""
+    """Which of :data:`PRIOR_KINDS` a prior precision (scalar, (n_tensors,) or (P,))
+    is. The one place that checks a prior's shape and sign."""
     P, n_tensors = sum(param_sizes), len(param_sizes)
     kind = {1: "scalar", n_tensors: "layerwise", P: "diag"}.get(prior_precision.numel())
     if prior_precision.ndim > 1 or kind is None:
@@ -81,11 +73,8 @@ def prior_precision_diag(
     kind = prior_kind(p0, param_sizes)
     if kind == "scalar":
         return p0.reshape(()).expand(sum(param_sizes))
-    if kind == "layerwise":
-        return torch.repeat_interleave(
-            p0, torch.tensor(list(param_sizes), device=p0.device)
-        )
-    return p0
+    sizes = torch.tensor(list(param_sizes), device=p0.device)
+    return torch.repeat_interleave(p0, sizes) if kind == "layerwise" else p0
 
 
 def posterior_precision(
@@ -151,8 +140,7 @@ def log_det_from_cholesky(L: Tensor) -> Tensor:
 
 
 def covariance_from_cholesky(L: Tensor) -> Tensor:
-    """Σ = (L Lᵀ)⁻¹ (P, P), by ``torch.cholesky_inverse`` (two triangular solves, no
-    general inverse)."""
+    """Σ = (L Lᵀ)⁻¹ (P, P) by two triangular solves (``torch.cholesky_inverse``)."""
     return torch.cholesky_inverse(L)
 
 
@@ -166,74 +154,46 @@ def sample_from_cholesky(
 
 
 class Posterior(Protocol):
-    """What every posterior structure provides: six methods. ``prior`` is the prior
-    precision as given (:func:`prior_kind`) and ``factor`` is c = 1/(σ²T), both
-    tensors on the parameters' device; Σ⁻¹ = c·H + diag(p₀). Results have the dtype
-    of H."""
+    """What every posterior structure provides: six methods of the prior precision
+    ``prior`` (:func:`prior_kind`) and ``factor`` c = 1/(σ²T), tensors on the
+    parameters' device, with Σ⁻¹ = c·H + diag(p₀). Results have the dtype of H."""
 
     H: object  # the curvature in the structure's own form (a tensor for full and diag)
     n_params: int
 
     def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
         """log det Σ⁻¹, differentiable in ``prior`` and ``factor``."""
-        ...
 
     def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
         """diag Σ, (P,)."""
-        ...
 
     def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
         """J Σ Jᵀ. J: (N, K, P) → (N, K, K)."""
-        ...
 
     def sample(
         self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
     ) -> Tensor:
         """Draws from N(0, Σ), (S, P)."""
-        ...
 
     def precision(self, prior: Tensor, factor: Tensor):
         """Σ⁻¹: (P, P) for full, (P,) for diag, an operator (``operators.py``)
         otherwise."""
-        ...
 
     def covariance(self, prior: Tensor, factor: Tensor):
         """Σ: (P, P) for full and diag (dense: for small P), an operator otherwise."""
-        ...
-
-
-def _scalar_prior(prior_precision: float | Tensor, like: Tensor) -> Tensor:
-    """A scalar prior precision δ as a 0-dim tensor like ``like`` (the eigen route
-    has no other)."""
-    delta = torch.as_tensor(prior_precision, dtype=like.dtype, device=like.device)
-    if delta.numel() != 1:
-        raise ValueError("the eigendecomposition route needs a scalar prior precision")
-    return delta.reshape(())
 
 
 @dataclass
 class EigenPosterior:
-    """The posterior for a scalar prior δ from one eigendecomposition of the GGN,
-    H = V diag(λ) Vᵀ.
+    """The posterior for a scalar prior δ from one eigendecomposition H = V diag(λ) Vᵀ,
+    V (P, r) the eigenvectors with non-zero λ (r,). With d = c·λ + δ:
 
-    ``eigvecs`` V (P, r) holds the r eigenvectors with non-zero eigenvalues λ (r,); on
-    the orthogonal complement H is zero. With d = c·λ + δ the eigenvalues of Σ⁻¹ there:
+        log det Σ⁻¹ = Σᵢ log dᵢ + (P − r)·log δ,    Σ = V diag(1/d − 1/δ) Vᵀ + I/δ
 
-        log det Σ⁻¹ = Σᵢ log dᵢ + (P − r)·log δ
-        Σ = V diag(1/d − 1/δ) Vᵀ + I/δ
-        θ = θ* + V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ
-
-    Every method takes (δ, c) as the :class:`Posterior` protocol does and costs
-    O(P·r) at most (O(r) for the log-determinant), instead of a fresh O(P³) Cholesky.
-    Results are returned in ``dtype`` (the model's), whatever the dtype of the
-    decomposition. Two constructors:
-
-    * :meth:`from_H`: ``eigh`` of the P×P GGN, O(P³) once (r = P).
-    * :meth:`from_jacobians`: the *dual* route. With J̃ (M, P) the Jacobians whitened by
-      Λ^½ (H = J̃ᵀ J̃, M = N·K), the M×M Gram matrix J̃ J̃ᵀ has the same non-zero
-      eigenvalues, and V = J̃ᵀ U diag(λ^-½). When M < P this costs O(M²P + M³) instead
-      of O(P³).
-    """
+    so every method of the :class:`Posterior` protocol costs O(P·r) at most, with
+    results in ``dtype`` (the model's). From :meth:`from_H` (``eigh`` of H) or the dual
+    route :meth:`from_jacobians`: with H = J̃ᵀ J̃, J̃ (M, P), the Gram matrix J̃ J̃ᵀ has the
+    same non-zero eigenvalues, V = J̃ᵀ U diag(λ^-½): O(M²P + M³) when M < P."""
 
     eigvals: Tensor  # (r,)
     eigvecs: Tensor  # (P, r), orthonormal columns
@@ -242,8 +202,7 @@ class EigenPosterior:
 
     @classmethod
     def from_H(cls, H: Tensor) -> EigenPosterior:
-        """Eigendecomposition of the P×P GGN H (PSD: negative round-off eigenvalues are
-        clamped to 0)."""
+        """``eigh`` of the P×P GGN H (negative round-off eigenvalues clamped to 0)."""
         lam, Q = torch.linalg.eigh(H)
         return cls(lam.clamp(min=0), Q, H.shape[0], H.dtype)
 
@@ -272,12 +231,16 @@ class EigenPosterior:
     def precision_eigvals(
         self, prior: float | Tensor, factor: float | Tensor = 1.0
     ) -> tuple[Tensor, Tensor]:
-        """(δ, d): δ as a 0-dim tensor and d = c·λ + δ, the eigenvalues of Σ⁻¹ along the
-        r columns of V, (r,), in the decomposition's dtype."""
-        delta = _scalar_prior(prior, self.eigvals)
-        c = torch.as_tensor(
-            factor, dtype=self.eigvals.dtype, device=self.eigvals.device
-        )
+        """(δ, d): the scalar prior δ as a 0-dim tensor and d = c·λ + δ, the eigenvalues
+        of Σ⁻¹ along the r columns of V, (r,), in the decomposition's dtype."""
+        dtype, device = self.eigvals.dtype, self.eigvals.device
+        delta = torch.as_tensor(prior, dtype=dtype, device=device)
+        if delta.numel() != 1:
+            raise ValueError(
+                "the eigendecomposition route needs a scalar prior precision"
+            )
+        delta = delta.reshape(())
+        c = torch.as_tensor(factor, dtype=dtype, device=device)
         return delta, self.eigvals * c + delta
 
     def log_det(self, prior, factor=1.0) -> Tensor:
@@ -309,8 +272,7 @@ class EigenPosterior:
         return ((V * (1 / d - 1 / delta)) @ V.T + eye / delta).to(self.dtype)
 
     def functional_variance(self, J: Tensor, prior, factor=1.0) -> Tensor:
-        """J Σ Jᵀ without forming Σ. J: (N, K, P) → (N, K, K). Reuse J V across
-        (δ, c) for speed."""
+        """J Σ Jᵀ without forming Σ. J: (N, K, P) → (N, K, K)."""
         delta, d = self.precision_eigvals(prior, factor)
         J64 = J.to(self.eigvecs.dtype)
         JV = J64 @ self.eigvecs  # (N, K, r)
@@ -338,26 +300,19 @@ class EigenPosterior:
 
 
 class FullPosterior:
-    """The full GGN H (P, P), on the path notebook 03 builds: Σ⁻¹ =
-    :func:`posterior_precision`, its factor L = :func:`cholesky` (Σ⁻¹), log det Σ⁻¹ =
-    :func:`log_det_from_cholesky` (L), samples by :func:`sample_from_cholesky` and Σ =
-    :func:`covariance_from_cholesky` (L); diag Σ and J Σ Jᵀ by triangular solves. L
-    is cached until the prior or c change. log det Σ⁻¹ is differentiable:
-    ∂/∂p₀ = diag Σ and ∂/∂c = (P − Σᵢ p₀ᵢΣᵢᵢ)/c, both from L (:class:`_CholeskyLogDet`).
-
-    Two additions, each skippable on a first reading:
+    """The full GGN H (P, P), on notebook 03's path: L = :func:`cholesky` of Σ⁻¹ =
+    :func:`posterior_precision` (cached until p₀ or c change) gives log det Σ⁻¹ (its
+    gradients ∂/∂p₀ = diag Σ, ∂/∂c = (P − Σᵢ p₀ᵢΣᵢᵢ)/c by :class:`_CholeskyLogDet`),
+    samples, Σ, and diag Σ and J Σ Jᵀ by triangular solves. Two additions:
 
     * **Eigen route** (``route``: "auto", "eigen" or "cholesky"), for a scalar prior:
-      log det Σ⁻¹ from the eigenvalues of H (:class:`EigenPosterior`), O(P) per new δ or
-      c. ``"auto"`` takes it when the whitened Jacobians were kept (the dual N·K×N·K
-      route, see ``FullGGN``), when it is already computed, or when δ or c change after
-      a factorisation (as in a hyperparameter search), if two more P×P buffers fit;
-      otherwise the Cholesky route.
-    * **Memory limit** (``dense.InPlaceFactor``): when two more P×P buffers (Σ⁻¹ and L)
-      do not fit, or with ``in_place=True``, Σ⁻¹ is formed and factored in place in one
-      buffer beside H, so that H and L are the only P×P buffers; with
-      ``one_buffer=True`` (or when even that does not fit) in H itself (then the prior
-      and c are fixed at their first values, except on the eigen route).
+      log det Σ⁻¹ from :class:`EigenPosterior`, O(P) per new δ or c. ``"auto"`` takes it
+      when the whitened Jacobians were kept (``FullGGN``), when it is computed already,
+      or when δ or c change after a factorisation, if two more P×P buffers fit.
+    * **Memory limit** (``dense.InPlaceFactor``): when two more P×P buffers do not fit,
+      or with ``in_place=True``, Σ⁻¹ is factored in place in one buffer beside H; with
+      ``one_buffer=True`` (or when even that does not fit) in H itself (then p₀ and c
+      are fixed at their first values, except on the eigen route).
     """
 
     ROUTES = ("auto", "eigen", "cholesky")
@@ -376,12 +331,8 @@ class FullPosterior:
         self.Jw, self.route = Jw, route
         self.one_buffer, self.in_place = one_buffer, in_place or one_buffer
         self._eigen: EigenPosterior | None = None
-        self._in_place: dense.InPlaceFactor | None = (
-            None  # the memory-limit layer, once needed
-        )
-        self.cached_factor: tuple[Tensor, Tensor] | None = (
-            None  # (key, L) with Σ⁻¹ = L Lᵀ
-        )
+        self._in_place: dense.InPlaceFactor | None = None  # memory-limit layer, if any
+        self.cached_factor: tuple[Tensor, Tensor] | None = None  # (key, L), Σ⁻¹ = L Lᵀ
 
     @property
     def route(self) -> str:
@@ -389,10 +340,7 @@ class FullPosterior:
 
     @route.setter
     def route(self, value: str) -> None:
-        if value not in self.ROUTES:
-            raise ValueError(
-                f"evidence_route must be one of {self.ROUTES}, got {value!r}"
-            )
+        check_choice("evidence_route", value, self.ROUTES)
         self._route = value
 
     @property
@@ -408,12 +356,10 @@ class FullPosterior:
     def eigen(self) -> EigenPosterior:
         """The eigendecomposition of H (by the dual route when the whitened Jacobians
         were kept), once."""
-        if self._eigen is None:
-            self._eigen = (
-                EigenPosterior.from_jacobians(self.Jw)
-                if self.Jw is not None
-                else EigenPosterior.from_H(self.H)
-            )
+        if self._eigen is None and self.Jw is not None:
+            self._eigen = EigenPosterior.from_jacobians(self.Jw)
+        elif self._eigen is None:
+            self._eigen = EigenPosterior.from_H(self.H)
         return self._eigen
 
     @property
@@ -428,12 +374,12 @@ class FullPosterior:
         return torch.cat([p0.flatten(), c.reshape(1)])
 
     def _is_cached(self, key: Tensor) -> bool:
-        cached = self.cached_factor
-        return (
-            cached is not None
-            and cached[0].shape == key.shape
-            and torch.equal(cached[0], key)
-        )
+        cached = self.cached_factor  # (torch.equal is False for another shape)
+        return cached is not None and torch.equal(cached[0], key)
+
+    def _two_fit(self) -> bool:
+        """Whether two more P×P buffers fit the device."""
+        return dense.fits(dense.dense_bytes(self.n_params, self.dtype, 2), self.device)
 
     def uses_eigen(self, prior: Tensor, factor: Tensor) -> bool:
         """Whether :meth:`log_det` takes the eigen route for (p₀, c) (see the class
@@ -449,11 +395,7 @@ class FullPosterior:
             changed = self.cached_factor is not None and not self._is_cached(
                 self._key(prior, factor)
             )
-        return (
-            changed
-            and self._H is not None
-            and dense.fits(dense.dense_bytes(self.n_params, self.dtype, 2), self.device)
-        )
+        return changed and self._H is not None and self._two_fit()
 
     def precision(self, prior: Tensor, factor: Tensor) -> Tensor:
         """Σ⁻¹ = c·H + diag(p₀), a new (P, P) tensor (differentiable)."""
@@ -485,12 +427,7 @@ class FullPosterior:
                 )
             self.cached_factor = None  # frees the old factor before the new one is made
             p0 = key[:-1]
-            if self._in_place is None and (
-                self.in_place
-                or not dense.fits(
-                    dense.dense_bytes(self.n_params, self.dtype, 2), self.device
-                )
-            ):
+            if self._in_place is None and (self.in_place or not self._two_fit()):
                 self._in_place = dense.InPlaceFactor(self._H, self.one_buffer)
             if self._in_place is None:
                 L = cholesky(posterior_precision(self._H, p0, factor))
@@ -530,11 +467,8 @@ class _CholeskyLogDet(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, prior_diag: Tensor, factor: Tensor, post: FullPosterior) -> Tensor:
-        ctx.post, ctx.prior_diag, ctx.factor = (
-            post,
-            prior_diag.detach(),
-            factor.detach(),
-        )
+        ctx.post, ctx.prior_diag = post, prior_diag.detach()
+        ctx.factor = factor.detach()
         return log_det_from_cholesky(post.cholesky_factor(prior_diag, factor))
 
     @staticmethod

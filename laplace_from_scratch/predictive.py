@@ -1,14 +1,8 @@
-"""Predictions under the Laplace posterior.
-
-* The linearised (GLM) model around θ*: f_lin(x; θ) = f(x; θ*) + J(x)(θ − θ*). Under θ ~
-  N(θ*, Σ) its outputs are Gaussian with mean f(x; θ*) and covariance J(x) Σ J(x)ᵀ
-  (``f_var``, *without* the observation noise: the predictive of y adds σ²).
-* Monte Carlo over the linearised model (it must converge to the closed form) and over
-  the network itself ("NN sampling"), which differs where the network is far from
-  linear.
-* For classification: the probit approximation, Monte Carlo of softmax(f) (or σ(f) for
-  one logit), and the Laplace bridge (a Dirichlet matched to the Gaussian over the
-  logits).
+"""Predictions under the Laplace posterior: the linearised (GLM) model around θ*,
+f_lin(x; θ) = f(x; θ*) + J(x)(θ − θ*), Gaussian under θ ~ N(θ*, Σ) with mean f(x; θ*)
+and covariance f_var = J Σ Jᵀ (*without* the observation noise); Monte Carlo over it
+and over the network itself ("NN sampling"); and, for classification, the probit
+approximation, Monte Carlo of softmax(f) (σ(f) for one logit) and the Laplace bridge.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -68,22 +62,12 @@ def probit(f_mu: Tensor, f_var: Tensor) -> Tensor:
 
 def sum_zero(f_mu: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
     """(C f_mu, C f_var C) with C = I − 11ᵀ/K: the mean and covariance of the centred
-    logits Cf = f − mean(f)·1.
+    logits Cf = f − mean(f)·1. f_mu: (N, K), f_var: (N, K, K) → (N, K), (N, K, K).
 
-    f_mu: (N, K), f_var: (N, K, K) → (N, K), (N, K, K).
-
-    softmax(Cf) = softmax(f), so f ~ N(μ, V) and Cf ~ N(Cμ, CVC) have the same
-    predictive E[softmax]: the common-mode part of V, along 1/√K, is invisible to
-    softmax. :func:`probit` shrinks each logit by its own variance, so it counts that
-    part as uncertainty; applied to (Cμ, CVC) it approximates the same predictive
-    without it.
-
-    The mean must be projected with the covariance: probit, softmax(κₖ μₖ) with κₖ =
-    1/√(1 + π/8 · Vₖₖ), scales each logit by its own κₖ, so it is *not* invariant to
-    adding a constant to every μₖ. With κ = (1, 0.5, 0.5) and μ = (0.5, 0, 0), the
-    first probability is 0.45; add 10 to every mean logit and it is 0.99. Probit on
-    (μ, CVC) pairs an uncentred mean with a centred covariance and approximates
-    neither Gaussian's predictive; probit on (Cμ, CVC) approximates both.
+    softmax(Cf) = softmax(f), so both Gaussians have the same predictive, but
+    :func:`probit` counts the common-mode variance (along 1/√K) as uncertainty; on
+    (Cμ, CVC) it does not. The mean must be centred too: probit scales each logit by
+    its own κₖ, so it is not invariant to adding a constant to every μₖ.
     """
     K = f_mu.shape[-1]
     C = torch.eye(K, dtype=f_var.dtype, device=f_var.device) - 1 / K
@@ -107,9 +91,9 @@ def gaussian_samples(
     n_samples: int,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Draws f ~ N(f_mu, f_var) per input: f_mu + L ε with L Lᵀ = f_var (jitter by the
-    module's one rule, ``posterior.cholesky``, where f_var is singular, e.g. a logit
-    pinned at 0). f_mu: (N, K), f_var: (N, K, K) → (S, N, K)."""
+    """Draws f ~ N(f_mu, f_var) per input: f_mu + L ε with L Lᵀ = f_var (jitter by
+    ``posterior.cholesky`` where f_var is singular). f_mu: (N, K), f_var: (N, K, K) →
+    (S, N, K)."""
     L = cholesky(f_var, warn=False)
     eps = randn((n_samples, *f_mu.shape), f_mu, generator)
     return f_mu + torch.einsum("nkl,snl->snk", L, eps)
@@ -148,12 +132,10 @@ def laplace_bridge(f_mu: Tensor, f_var: Tensor, normalize: bool = False) -> Tens
     """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022). f_mu: (N, K),
     f_var: (N, K, K) → (N, K).
 
-    softmax(f) does not change when a constant is added to every logit, so the Gaussian
-    over f is first conditioned on Σₖ fₖ = 0; then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} /
-    K²) / Σₖₖ and the predictive is α / Σ α. Needs K ≥ 2 logits with variance (not for
-    one logit pinned at 0). ``normalize=True`` is laplace-torch's ``"bridge_norm"``:
-    first rescale so that the mean of the variances is √(K/2) (μ divided by √m, Σₖₖ by
-    m, with m = mean(Σₖₖ)/√(K/2)).
+    The Gaussian over f is conditioned on Σₖ fₖ = 0 (softmax ignores a common shift);
+    then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} / K²) / Σₖₖ and the predictive is α / Σ α
+    (K ≥ 2 logits with variance). ``normalize=True`` (laplace-torch's "bridge_norm")
+    first rescales the variances to mean √(K/2) (μ by 1/√m, Σₖₖ by 1/m).
     """
     K = f_mu.shape[-1]
     s = f_var.sum(-1)  # Σ 1, (N, K)

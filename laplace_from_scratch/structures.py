@@ -1,10 +1,6 @@
 """Which curvature builder makes which posterior: the one place that maps a
-``hessian_structure`` name to code, so that ``Laplace`` never branches on it.
-
-Every builder has ``update(X) -> f(X)`` per batch and ``finish() -> Posterior``
-(``posterior.py``). ``make_builder`` receives the module Laplace is over (the whole
-network, or its last layer with the features as inputs), its functional form f(θ, x)
-with θ* and the parameter tensor sizes.
+``hessian_structure`` name to code, so that ``Laplace`` never branches on it. Every
+builder has ``update(X) -> f(X)`` per batch and ``finish() -> Posterior``.
 """
 
 from __future__ import annotations
@@ -12,38 +8,30 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from torch import Tensor, nn
-
 from .curvature import DiagJacobianGGN, FullGGN
 from .diag import DiagGGN
-from .functional import Functional
 from .kron import KFAC
 from .layers import supported_layers
 from .likelihoods import Likelihood
 from .lowrank import LowRankGGN
 from .matfree import MatfreeGGN, MatfreePosterior
+from .posterior import PRIOR_KINDS
+from .weights import Weights
 
 
-def _diag(module, f, theta, lik, sizes):
-    # the layer-wise route for Linear/Conv2d networks; per-example Jacobians for
-    # anything else
-    if supported_layers(module) is not None:
-        return DiagGGN(module, lik)
-    return DiagJacobianGGN(f, theta, lik, sizes)
+def _diag(w: Weights, lik: Likelihood, sizes: list[int]):
+    # the layer-wise route for Linear/Conv2d networks; per-example Jacobians otherwise
+    if supported_layers(w.module) is not None:
+        return DiagGGN(w.module, lik)
+    return DiagJacobianGGN(w.f_in, w.theta, lik, sizes)
 
 
 BUILDERS: dict[str, Callable] = {
-    "full": lambda module, f, theta, lik, sizes, **o: FullGGN(
-        f, theta, lik, sizes, **o
-    ),
+    "full": lambda w, lik, sizes, **o: FullGGN(w.f_in, w.theta, lik, sizes, **o),
     "diag": _diag,
-    "kron": lambda module, f, theta, lik, sizes: KFAC(module, lik),
-    "lowrank": lambda module, f, theta, lik, sizes, **o: LowRankGGN(
-        f, theta, lik, sizes, **o
-    ),
-    "matfree": lambda module, f, theta, lik, sizes, **o: MatfreeGGN(
-        f, theta, lik, sizes, **o
-    ),
+    "kron": lambda w, lik, sizes: KFAC(w.module, lik),
+    "lowrank": lambda w, lik, sizes, **o: LowRankGGN(w.f_in, w.theta, lik, sizes, **o),
+    "matfree": lambda w, lik, sizes, **o: MatfreeGGN(w.f_in, w.theta, lik, sizes, **o),
 }
 STRUCTURES = tuple(BUILDERS)
 
@@ -55,22 +43,14 @@ def _keywords(cls) -> tuple[str, ...]:
 
 
 # the keyword options each structure takes (Laplace(..., **options))
-OPTIONS = {
+OPTIONS = {s: () for s in STRUCTURES} | {
     "full": _keywords(FullGGN),
-    "diag": (),
-    "kron": (),
     "lowrank": _keywords(LowRankGGN),
     "matfree": _keywords(MatfreePosterior),
 }
-# the prior precisions each structure can express: "scalar", "layerwise" (one per
-# parameter tensor), "diag" (one per parameter)
-PRIORS = {
-    "full": ("scalar", "layerwise", "diag"),
-    "diag": ("scalar", "layerwise", "diag"),
-    "kron": ("scalar", "layerwise"),
-    "lowrank": ("scalar", "layerwise", "diag"),
-    "matfree": ("scalar", "layerwise", "diag"),
-}
+# the prior precisions each structure can express (``posterior.prior_kind``): KFAC's
+# eigendecompositions take one value per block at most
+PRIORS = {s: PRIOR_KINDS[:2] if s == "kron" else PRIOR_KINDS for s in STRUCTURES}
 
 
 def check_options(structure: str, options: dict) -> None:
@@ -96,13 +76,12 @@ def check_combination(subset_of_weights: str, structure: str) -> None:
 
 def make_builder(
     structure: str,
-    module: nn.Module | None,
-    f: Functional,
-    theta: Tensor,
+    weights: Weights,
     likelihood: Likelihood,
-    param_sizes: list[int],
+    sizes: list[int],
     **options,
 ):
-    """The builder for ``structure``; ``module`` is None where only f(θ, x) exists (a
-    subnetwork, which :func:`check_combination` allows with ``"full"`` only)."""
-    return BUILDERS[structure](module, f, theta, likelihood, param_sizes, **options)
+    """The builder for ``structure`` over ``weights`` (``weights.module`` is None where
+    only f(θ, x) exists: a subnetwork, which :func:`check_combination` allows with
+    ``"full"`` only)."""
+    return BUILDERS[structure](weights, likelihood, sizes, **options)

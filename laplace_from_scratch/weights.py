@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -69,20 +70,13 @@ def select_weights(
             return g(theta, features(X))
 
         sizes = [p.numel() for p in last.parameters() if p.requires_grad]
-        return Weights(
-            f_last, theta, sizes, last, features, g, lambda t: vector_to_model(t, last)
-        )
+        write = partial(vector_to_model, model=last)
+        return Weights(f_last, theta, sizes, last, features, g, write)
     f_all, theta_all = make_functional(model)
     if subset == "all":
-        return Weights(
-            f_all,
-            theta_all,
-            [p.numel() for p in model.parameters() if p.requires_grad],
-            model,
-            None,
-            f_all,
-            lambda t: vector_to_model(t, model),
-        )
+        sizes = [p.numel() for p in model.parameters() if p.requires_grad]
+        write = partial(vector_to_model, model=model)
+        return Weights(f_all, theta_all, sizes, model, None, f_all, write)
     idx = check_indices(indices, theta_all.numel())
 
     def f_sub(theta_s: Tensor, X: Tensor) -> Tensor:  # the other weights stay at θ*
