@@ -21,7 +21,7 @@ def check_count(name: str, value, minimum: int = 1) -> None:
     """An integer ``value`` (not a bool) of at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         need = (
-            f"at least {minimum} (an integer)" if minimum > 1 else "a positive integer"
+            "a positive integer" if minimum == 1 else f"at least {minimum} (an integer)"
         )
         raise ValueError(f"{name} must be {need}, got {value!r}")
 

@@ -16,25 +16,16 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 import warnings
 
 import torch
 from torch import nn
 
-from .checks import check_choice
+from .checks import check_choice, check_count, check_positive
 from .laplace import Laplace
 from .likelihoods import NAMES, get_likelihood
-from .posterior import prior_precision_diag
+from .posterior import PRIOR_KINDS, prior_precision_diag
 from .structures import PRIORS, STRUCTURES
-
-PRIOR_STRUCTURES = ("scalar", "layerwise", "diag")
-
-
-def _check_counts(**counts: tuple[int, int]) -> None:
-    for name, (value, least) in counts.items():
-        if not isinstance(value, numbers.Integral) or value < least:
-            raise ValueError(f"{name} must be an integer ≥ {least}, got {value!r}")
 
 
 def marglik_training(
@@ -74,26 +65,20 @@ def marglik_training(
     """
     check_choice("likelihood", likelihood, NAMES)
     check_choice("hessian_structure", hessian_structure, STRUCTURES)
-    check_choice("prior_structure", prior_structure, PRIOR_STRUCTURES)
+    check_choice("prior_structure", prior_structure, PRIOR_KINDS)
     if prior_structure not in PRIORS[hessian_structure]:
         raise ValueError(
             f"hessian_structure={hessian_structure!r} supports prior_structure "
             f"{' or '.join(PRIORS[hessian_structure])}, not {prior_structure!r}"
         )
-    _check_counts(
-        n_epochs=(n_epochs, 1),
-        n_hypersteps=(n_hypersteps, 1),
-        marglik_frequency=(marglik_frequency, 1),
-        n_epochs_burnin=(n_epochs_burnin, 0),
-    )
-    for name, v in [
-        ("lr_hyp", lr_hyp),
-        ("prior_prec_init", prior_prec_init),
-        ("sigma_noise_init", sigma_noise_init),
-        ("temperature", temperature),
-    ]:
-        if not (isinstance(v, numbers.Real) and math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive number, got {v!r}")
+    check_count("n_epochs", n_epochs)
+    check_count("n_hypersteps", n_hypersteps)
+    check_count("marglik_frequency", marglik_frequency)
+    check_count("n_epochs_burnin", n_epochs_burnin, minimum=0)
+    check_positive("lr_hyp", lr_hyp)
+    check_positive("prior_prec_init", prior_prec_init)
+    check_positive("sigma_noise_init", sigma_noise_init)
+    check_positive("temperature", temperature)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
@@ -171,12 +156,13 @@ def _train(model, params, loader, likelihood: str, structure: str, a: dict):
         epochs = tqdm(epochs, desc="marglik_training")
     for epoch in epochs:
         epoch_loss = 0.0
+        # δ and σ move only in the hyperparameter steps after an epoch
+        s = log_sigma.detach().exp() if learn_sigma else fixed_sigma
+        factor = T / (2 * s**2) if regression else T
+        delta = prior_precision_diag(log_prior.detach().exp(), sizes)
         for X, y in loader:
             X, y = X.to(dev), y.to(dev)
             optimizer.zero_grad()
-            s = log_sigma.detach().exp() if learn_sigma else fixed_sigma
-            factor = T / (2 * s**2) if regression else T
-            delta = prior_precision_diag(log_prior.detach().exp(), sizes)
             theta = nn.utils.parameters_to_vector(params)
             prior_term = (0.5 * (delta * theta) @ theta) / N / factor
             loss = like.mean_loss(model(X), y) + prior_term
@@ -188,7 +174,6 @@ def _train(model, params, loader, likelihood: str, structure: str, a: dict):
         losses.append(epoch_loss / N)
         if epoch % a["marglik_frequency"] != 0 or epoch < a["n_epochs_burnin"]:
             continue
-        s = log_sigma.detach().exp() if learn_sigma else fixed_sigma
         la = _fit(model, loader, likelihood, structure, T, s, log_prior.detach().exp())
         for _ in range(a["n_hypersteps"]):
             hyper.zero_grad()
