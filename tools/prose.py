@@ -106,10 +106,14 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
     return found
 
 
+NOTEBOOK_GLOB = "[0-9A][0-9]*_*.ipynb"
+
+
 def notebooks(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
-        out += sorted(p.glob("[0-9][0-9]_*.ipynb")) if p.is_dir() else [p]
+        # 01_..., 07b_... (a notebook between two numbers), A1_... (appendices)
+        out += sorted(p.glob(NOTEBOOK_GLOB)) if p.is_dir() else [p]
     return out
 
 
