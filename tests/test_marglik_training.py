@@ -6,9 +6,9 @@ import copy
 import math
 import warnings
 
+import parity
 import pytest
 import torch
-from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
@@ -22,82 +22,24 @@ def rel(a, b) -> float:
     return ((a - b).norm() / b.norm().clamp(min=1e-300)).item()
 
 
-def problem(likelihood: str):
-    """40 examples, unshuffled batches of 10, a 3-8-8-K tanh MLP in float64."""
-    g = torch.Generator().manual_seed(0)
-    X = torch.randn(40, 3, generator=g, dtype=torch.float64)
-    if likelihood == "regression":
-        y = torch.stack([X[:, 0].sin(), X[:, 1] * X[:, 2]], 1)
-        y = y + 0.1 * torch.randn(y.shape, generator=g, dtype=torch.float64)
-        K = 2
-    else:
-        y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
-        K = 3
-    loader = DataLoader(TensorDataset(X, y), batch_size=10, shuffle=False)
-    torch.manual_seed(1)
-    return mlp(3, K), loader
+problem = parity.training_problem
+SCHEDULE = parity.TRAINING_SCHEDULE
 
 
-SCHEDULE = dict(
-    n_epochs=7,
-    n_epochs_burnin=2,
-    marglik_frequency=2,
-    n_hypersteps=4,
-    lr_hyp=0.1,
-    optimizer_kwargs={"lr": 1e-2},
-    prior_prec_init=0.7,
-    sigma_noise_init=0.8,
-    temperature=1.0,
-)
-# laplace-torch's backends whose curvature convention is ours: BackPACK for full and
-# diag; for KFAC curvlinops (its ASDL KFAC treats biases differently)
-BACKEND = {"full": "BackPackGGN", "diag": "BackPackGGN", "kron": "CurvlinopsGGN"}
-
-
-CASES = [
-    (likelihood, structure, prior)
-    for likelihood in ("regression", "classification")
-    for structure in ("full", "kron", "diag")
-    for prior in ("scalar", "layerwise", "diag")
-    if (structure, prior) != ("kron", "diag")  # KFAC takes no diagonal prior
-]
-
-
-@pytest.mark.parametrize("likelihood, structure, prior_structure", CASES)
+@pytest.mark.parametrize("likelihood, structure, prior_structure", parity.TRAINING_CASES)
 def test_equals_laplace_torch(likelihood, structure, prior_structure):
     """Losses, negative evidences, final δ, σ and weights equal laplace-torch's.
 
     Regression with KFAC runs with σ fixed: laplace-torch 0.3's KFAC evidence is not
     differentiable in σ (``test_kfac_sigma_gradient`` below), so its σ walks elsewhere.
     """
-    laplace = pytest.importorskip("laplace", reason="laplace-torch: `make install`")
-    curvature = pytest.importorskip("laplace.curvature")
-
-    model, loader = problem(likelihood)
-    theirs_model = copy.deepcopy(model)
-    kw = dict(SCHEDULE, likelihood=likelihood, hessian_structure=structure)
-    kw["prior_structure"] = prior_structure
-    kw["fix_sigma_noise"] = likelihood == "regression" and structure == "kron"
-    backend = getattr(curvature, BACKEND[structure])
-    la, ours, margliks, losses = lfs.marglik_training(model, loader, backend=backend, **copy.deepcopy(kw))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lap, theirs, t_margliks, t_losses = laplace.marglik_training(
-            theirs_model, loader, backend=backend, **copy.deepcopy(kw)
-        )
-    assert ours is model
-    assert len(margliks) == len(t_margliks) == 3 * SCHEDULE["n_hypersteps"]
-    assert len(losses) == len(t_losses) == SCHEDULE["n_epochs"]
-    assert rel(losses, t_losses) < RTOL
-    assert rel(margliks, t_margliks) < RTOL
-    assert rel(la.prior_precision, lap.prior_precision) < RTOL
-    assert rel(la.sigma_noise, lap.sigma_noise) < RTOL
-    w = torch.nn.utils.parameters_to_vector(ours.parameters())
-    w_theirs = torch.nn.utils.parameters_to_vector(theirs.parameters())
-    assert rel(w, w_theirs) < RTOL
-    assert rel(la.log_marginal_likelihood(), lap.log_marginal_likelihood()) < RTOL
+    pytest.importorskip("laplace", reason="laplace-torch: `make install`")
+    r = parity.training_cell(likelihood, structure, prior_structure)
+    assert (r["steps"], r["epochs"]) == (3 * SCHEDULE["n_hypersteps"], SCHEDULE["n_epochs"])
+    for q in parity.TRAINING_QUANTITIES:
+        assert r[q] < RTOL, (q, r[q])
     # the hyperparameters moved: the comparison is not of two untouched initial values
-    assert rel(la.prior_precision, torch.full_like(la.prior_precision, 0.7)) > 1e-3
+    assert r["moved"] > 1e-3
 
 
 def test_kfac_sigma_gradient_is_the_finite_difference_and_laplace_torchs_is_not():
