@@ -11,6 +11,8 @@ initial network as notebook 09's MLP):
 - the same initial network trained by online marginal likelihood
   (``lfs.marglik_training``, a δ per parameter tensor, Adam with a cosine schedule) with
   diag and KFAC, its δ the one learned while training;
+- a control: the same initial network and schedule with δ fixed at δ₀ (no evidence
+  step), which separates what the schedule does from what the learned prior does;
 
 and every predictive (probit and MC links) is scored on the test digits and the four OOD
 sets, as in notebook 09:
@@ -150,6 +152,18 @@ def run_seed(size: str, seed: int, data: cs.Data, schedule: dict | None = None):
                           tuned=None))  # fmt: skip
         laplace_rows(la, f"online {method}", "online evidence", delta)
         extras["seconds"][f"online {method}"] = time.perf_counter() - t0
+    # the control: the same schedule with δ fixed at δ₀ (the burn-in outlasts training,
+    # so no evidence step is taken), which separates the schedule's effect from the
+    # learned prior's
+    t0 = time.perf_counter()
+    net = cs.make_net("MLP", data, size, 1000 * seed)
+    n_epochs = (SCHEDULE | (schedule or {}))["n_epochs"]
+    online(net, data, "diag", **((schedule or {}) | {"n_epochs_burnin": n_epochs + 1}))
+    extras["nets"]["same schedule, δ fixed"] = net
+    rows.append(score(softmax_of(net), data, seed, net="MLP",
+                      method="same schedule, δ fixed, network", rule="-", link="-",
+                      tuned=cs.DELTA0))  # fmt: skip
+    extras["seconds"]["same schedule, δ fixed"] = time.perf_counter() - t0
     return rows, extras
 
 
