@@ -276,28 +276,29 @@ def run_seed(
             extras["laplace"][kind, method] = la
             extras["seconds"][kind, method] = time.perf_counter() - t0
         for key in [*predictives, *(k for k in tuned if k not in predictives)]:
-            p_test = extras["probs"][(kind, *key, "test")]
-            row = {
-                "seed": seed,
-                "net": kind,
-                "method": key[0],
-                "rule": key[1],
-                "link": key[2],
-            }
-            row |= {"tuned": tuned.get(key), "acc": helpers.accuracy(p_test, data.yt)}
-            row["nll"] = helpers.nll(p_test, data.yt)
-            row |= {
-                "brier": helpers.brier(p_test, data.yt),
-                "ece": helpers.ece(p_test, data.yt),
-            }
-            row["confidence"] = p_test.max(-1).values.mean().item()
-            for s in data.ood:
-                v, lo, hi = helpers.ood_auroc_interval(
-                    p_test, extras["probs"][(kind, *key, s)], seed=seed
-                )
-                row[f"auroc_{s}"], row[f"auroc_{s}_ci"] = v, [lo, hi]
-            rows.append(row)
+            probs = {s: extras["probs"][(kind, *key, s)] for s in sets}
+            method, rule, link = key
+            rows.append(score(probs, data, seed, net=kind, method=method, rule=rule,
+                              link=link, tuned=tuned.get(key)))  # fmt: skip
     return rows, extras
+
+
+def score(probs: dict[str, Tensor], data: Data, seed: int, **key) -> dict:
+    """One row of a record: ``key`` (net, method, rule, link, tuned), then accuracy,
+    NLL, Brier, ECE and mean confidence of ``probs["test"]`` and, for each OOD set, the
+    AUROC of ``probs["test"]`` against ``probs[set]`` with its bootstrap interval."""
+    p = probs["test"]
+    row = {"seed": seed, **key, "acc": helpers.accuracy(p, data.yt)}
+    row |= {
+        "nll": helpers.nll(p, data.yt),
+        "brier": helpers.brier(p, data.yt),
+        "ece": helpers.ece(p, data.yt),
+        "confidence": p.max(-1).values.mean().item(),
+    }
+    for s in data.ood:
+        v, lo, hi = helpers.ood_auroc_interval(p, probs[s], seed=seed)
+        row[f"auroc_{s}"], row[f"auroc_{s}_ci"] = v, [lo, hi]
+    return row
 
 
 # what two records must share to be one study

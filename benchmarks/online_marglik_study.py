@@ -36,7 +36,6 @@ from pathlib import Path
 
 import laplace_from_scratch as lfs
 import torch
-from laplace_from_scratch import helpers
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,24 +79,6 @@ def online(net: torch.nn.Module, data: cs.Data, structure: str, **schedule):
     return la, margliks, losses
 
 
-def score(probs: dict[str, torch.Tensor], data: cs.Data, seed: int, **key) -> dict:
-    """One row: ``key`` (seed, net, method, rule, link, tuned) and the test metrics and
-    OOD AUROCs of the probabilities per set (``probs["test"]`` and one per OOD set), as
-    notebook 09's rows."""
-    p = probs["test"]
-    row = {"seed": seed, **key, "acc": helpers.accuracy(p, data.yt)}
-    row |= {
-        "nll": helpers.nll(p, data.yt),
-        "brier": helpers.brier(p, data.yt),
-        "ece": helpers.ece(p, data.yt),
-        "confidence": p.max(-1).values.mean().item(),
-    }
-    for s in data.ood:
-        v, lo, hi = helpers.ood_auroc_interval(p, probs[s], seed=seed)
-        row[f"auroc_{s}"], row[f"auroc_{s}_ci"] = v, [lo, hi]
-    return row
-
-
 def run_seed(size: str, seed: int, data: cs.Data, schedule: dict | None = None):
     """Every row of one seed, and extras (the networks, the online runs' trajectories
     and learned δ) for plots."""
@@ -112,16 +93,17 @@ def run_seed(size: str, seed: int, data: cs.Data, schedule: dict | None = None):
                     for s, Z in sets.items()}  # fmt: skip
 
     def laplace_rows(la, method: str, rule: str, d):
+        by_set = {s: cs.laplace_links(la, Z, seed) for s, Z in sets.items()}
         for link in cs.LINKS:
-            probs = {s: cs.laplace_links(la, Z, seed)[link] for s, Z in sets.items()}
-            rows.append(score(probs, data, seed, net="MLP", method=method, rule=rule,
-                              link=link, tuned=d))  # fmt: skip
+            probs = {s: links[link] for s, links in by_set.items()}
+            rows.append(cs.score(probs, data, seed, net="MLP", method=method,
+                                 rule=rule, link=link, tuned=d))  # fmt: skip
 
     t0 = time.perf_counter()
     net = cs.train(cs.make_net("MLP", data, size, 1000 * seed), data)
     extras["nets"]["MAP"] = net
-    rows.append(score(softmax_of(net), data, seed, net="MLP", method="MAP", rule="-",
-                      link="-", tuned=None))  # fmt: skip
+    rows.append(cs.score(softmax_of(net), data, seed, net="MLP", method="MAP",
+                         rule="-", link="-", tuned=None))  # fmt: skip
     for method in POST_HOC:
         subset, structure = cs.STRUCTURES[method]
         la = lfs.Laplace(net, "classification", subset_of_weights=subset,
@@ -147,9 +129,9 @@ def run_seed(size: str, seed: int, data: cs.Data, schedule: dict | None = None):
             "losses": losses,
             "delta": delta,
         }
-        rows.append(score(softmax_of(net), data, seed, net="MLP",
-                          method=f"online {method}, network", rule="-", link="-",
-                          tuned=None))  # fmt: skip
+        rows.append(cs.score(softmax_of(net), data, seed, net="MLP",
+                             method=f"online {method}, network", rule="-", link="-",
+                             tuned=None))  # fmt: skip
         laplace_rows(la, f"online {method}", "online evidence", delta)
         extras["seconds"][f"online {method}"] = time.perf_counter() - t0
     # the control: the same schedule with δ fixed at δ₀ (the burn-in outlasts training,
@@ -160,9 +142,9 @@ def run_seed(size: str, seed: int, data: cs.Data, schedule: dict | None = None):
     n_epochs = (SCHEDULE | (schedule or {}))["n_epochs"]
     online(net, data, "diag", **((schedule or {}) | {"n_epochs_burnin": n_epochs + 1}))
     extras["nets"]["same schedule, δ fixed"] = net
-    rows.append(score(softmax_of(net), data, seed, net="MLP",
-                      method="same schedule, δ fixed, network", rule="-", link="-",
-                      tuned=cs.DELTA0))  # fmt: skip
+    rows.append(cs.score(softmax_of(net), data, seed, net="MLP",
+                         method="same schedule, δ fixed, network", rule="-", link="-",
+                         tuned=cs.DELTA0))  # fmt: skip
     extras["seconds"]["same schedule, δ fixed"] = time.perf_counter() - t0
     return rows, extras
 

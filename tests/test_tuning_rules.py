@@ -7,6 +7,7 @@ determinant from the eigendecomposition of H) equals ``log_marginal_likelihood``
 prior precision per parameter tensor (a P×P Cholesky factor).
 """
 
+import parity
 import pytest
 import torch
 from conftest import mlp
@@ -19,10 +20,8 @@ from laplace_from_scratch import helpers
 @pytest.fixture(autouse=True)
 def _float64():
     """The notebook's default dtype."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+    with parity.float64_default():
+        yield
 
 
 def _fitted(sigma=0.3):
