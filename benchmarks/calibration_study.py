@@ -391,22 +391,14 @@ def main() -> None:
         action="store_true",
         help="skip the deep ensemble (four more trainings per network)",
     )
-    parser.add_argument(
-        "--merge",
-        nargs=2,
-        metavar=("RECORD", "OTHER"),
-        help="add OTHER's rows to RECORD (one study run in parts) and exit",
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import machine_meta, merge, merge_args, write_record
+
+    merge_args(parser, "rows")
     args = parser.parse_args()
-    if args.merge:
-        record, other = (json.loads(Path(p).read_text()) for p in args.merge)
-        merged = merge_records(record, other)
-        Path(args.merge[0]).write_text(json.dumps(merged, indent=1))
-        print("merged", args.merge[1], "into", args.merge[0])
+    if merge(args, merge_records):
         return
     torch.set_default_dtype(torch.float32)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import machine_meta, write_record
 
     data, rows, t0, done = load(args.size), [], time.perf_counter(), []
     for seed in args.seeds:

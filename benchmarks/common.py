@@ -231,6 +231,27 @@ def record_path(
     return RESULTS / f"{name}_{meta['date']}_{slug}.json"
 
 
+def merge_args(ap: argparse.ArgumentParser, what: str) -> None:
+    """The ``--merge RECORD OTHER`` option of a study run in parts (:func:`merge`)."""
+    ap.add_argument(
+        "--merge",
+        nargs=2,
+        metavar=("RECORD", "OTHER"),
+        help=f"add OTHER's {what} to RECORD (one study run in parts) and exit",
+    )
+
+
+def merge(args, merge_records: Callable[[dict, dict], dict]) -> bool:
+    """With ``--merge RECORD OTHER``: write ``merge_records(RECORD, OTHER)`` into RECORD
+    (:func:`write_json`) and say so; return whether it did."""
+    if not args.merge:
+        return False
+    record, other = (json.loads(Path(p).read_text()) for p in args.merge)
+    write_json(Path(args.merge[0]), merge_records(record, other))
+    print("merged", args.merge[1], "into", args.merge[0])
+    return True
+
+
 def write_json(path: Path, obj) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (a temporary file beside it, then
     ``os.replace``): a run stopped at any point leaves the old content or the new, never

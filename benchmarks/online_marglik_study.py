@@ -181,22 +181,13 @@ def main() -> None:
         "--size", default=os.environ.get("LFS_SIZE", "small"), choices=list(cs.SIZES)
     )
     parser.add_argument("--out", default=None)
-    parser.add_argument(
-        "--merge",
-        nargs=2,
-        metavar=("RECORD", "OTHER"),
-        help="add OTHER's seeds to RECORD (one study run in parts) and exit",
-    )
+    from common import machine_meta, merge, merge_args, write_record
+
+    merge_args(parser, "seeds")
     args = parser.parse_args()
-    if args.merge:
-        record, other = (json.loads(Path(p).read_text()) for p in args.merge)
-        Path(args.merge[0]).write_text(
-            json.dumps(merge_records(record, other), indent=1)
-        )
-        print("merged", args.merge[1], "into", args.merge[0])
+    if merge(args, merge_records):
         return
     torch.set_default_dtype(torch.float32)
-    from common import machine_meta, write_record
 
     data, rows, runs, t0, done = cs.load(args.size), [], {}, time.perf_counter(), []
     for seed in args.seeds:
