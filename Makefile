@@ -42,6 +42,7 @@ $(STAMP): pyproject.toml Makefile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check laplace_from_scratch tests tools benchmarks notebooks book/_ext
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -rs tests

@@ -23,6 +23,7 @@ from .curvature import (
     residual_term,
 )
 from .devices import InputTypeError
+from .eigen import EigenPosterior
 from .functional import (
     flatten_params,
     make_functional,
@@ -34,7 +35,6 @@ from .laplace import Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
 from .marglik_training import marglik_training
 from .posterior import (
-    EigenPosterior,
     cholesky,
     covariance_from_cholesky,
     log_det_from_cholesky,
@@ -44,10 +44,10 @@ from .posterior import (
 )
 from .predictive import (
     entropy,
-    functional_variance,
     gaussian_samples,
-    glm_predictive,
+    jacobian_sandwich,
     laplace_bridge,
+    linearized_predictive,
     linearized_samples,
     mc_sigmoid,
     mc_softmax,
@@ -67,9 +67,9 @@ __all__ = [
     "Laplace",
     "cholesky",
     "covariance_from_cholesky",
-    "functional_variance",
+    "jacobian_sandwich",
     "gaussian_samples",
-    "glm_predictive",
+    "linearized_predictive",
     "linearized_samples",
     "log_det_from_cholesky",
     "mc_softmax",

@@ -9,25 +9,28 @@ with Jₙ = ∂f(xₙ)/∂θ (K, P) and Λₙ = ∂²ℓ/∂f² (K, K). The GGN 
 whenever Λ is, and exact for a model linear in θ. laplace-torch's ``H`` is the GGN of
 the *summed* loss with Λ = I for regression (σ enters the posterior precision later).
 
-The curvature *builders* share one interface: ``update(X)`` per batch, returning the
-outputs f (n, K) for the loss, and ``finish()``, returning the posterior structure
-(``posterior.py``). Here :class:`FullGGN` and :class:`DiagJacobianGGN`; the others are
-``diag.DiagGGN``, ``kron.KFAC`` and, with their posteriors, low-rank and matrix-free.
+The curvature *builders* share one interface, :class:`Builder`: ``update(X)`` per
+batch, returning the outputs f (n, K) for the loss, and ``finish()``, returning the
+posterior structure (``posterior.py``). They live with their posteriors: ``full.py``,
+``diag.py``, ``kron.py``, ``lowrank.py`` and ``matfree.py``.
 
 Shapes: N examples, K outputs, P parameters.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from typing import Protocol
+
 import torch
 from torch import Tensor
 from torch.func import hessian
 
-from . import dense
 from .functional import Functional
 from .jacobians import jacobian
 from .likelihoods import Likelihood
-from .posterior import DiagPosterior, FullPosterior
+from .posterior import Posterior
 
 # Whitened Jacobians are formed a chunk of examples at a time (jacobian_chunk), the
 # chunk a fraction of one P×P matrix where full Laplace holds P×P buffers anyway:
@@ -35,10 +38,6 @@ CHUNK_FRACTION = 1 / 64  # beside H as it accumulates: 1.6 % more memory
 CHUNK_FRACTION_TIGHT = 1 / 256  # one_buffer, and the predictive beside full Laplace
 CHUNK_FLOOR = 1 << 20  # 2²⁰ numbers (4 MiB in float32): always affordable, still fast
 CHUNK_CAP = 1 << 27  # 2²⁷ numbers (512 MiB in float32) where no P×P matrix exists
-# Whitened Jacobians (M × P, M < P) that FullGGN keeps for the dual route, at most
-DUAL_FRACTION = 1 / 4  # of one P×P matrix, beside H, or
-DUAL_FLOOR_BYTES = 1 << 26  # 64 MiB if more (small models: cheap, and the fast route)
-DUAL_FRACTION_ONE_BUFFER = 1 / 32  # of one P×P matrix with one_buffer (no floor)
 
 
 def ggn_from_jacobians(J: Tensor, Lam: Tensor) -> Tensor:
@@ -103,6 +102,22 @@ def symmetric_sqrt(Lam: Tensor) -> Tensor:
     return (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
 
 
+def whitened_batches(
+    f: Functional,
+    theta: Tensor,
+    X: Tensor,
+    likelihood: Likelihood,
+    batch_size: int = 256,
+) -> Iterator[Tensor]:
+    """The rows Λₙ^½ Jₙ of ``batch_size`` inputs at a time, (batch_size·K, P) each."""
+    for start in range(0, X.shape[0], batch_size):
+        Xb = X[start : start + batch_size]
+        with torch.no_grad():
+            sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
+        Jw = torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb))  # (n, K, P)
+        yield Jw.reshape(-1, theta.numel())
+
+
 def whitened_jacobians(
     f: Functional,
     theta: Tensor,
@@ -112,14 +127,7 @@ def whitened_jacobians(
 ) -> Tensor:
     """J̃ (N·K, P) with rows Λₙ^½ Jₙ, so that the GGN is J̃ᵀ J̃. The dual (Gram) route
     uses it."""
-    rows = []
-    for start in range(0, X.shape[0], batch_size):
-        Xb = X[start : start + batch_size]
-        with torch.no_grad():
-            sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
-        Jw = torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb))  # (n, K, P)
-        rows.append(Jw.reshape(-1, theta.numel()))
-    return torch.cat(rows)
+    return torch.cat(list(whitened_batches(f, theta, X, likelihood, batch_size)))
 
 
 def ggn_diagonal(
@@ -135,9 +143,8 @@ def ggn_diagonal(
     Memory is one batch of whitened Jacobians, (batch_size·K, P).
     """
     d = torch.zeros_like(theta)
-    for start in range(0, X.shape[0], batch_size):
-        Xb = X[start : start + batch_size]
-        d += (whitened_jacobians(f, theta, Xb, likelihood) ** 2).sum(0)
+    for Jw in whitened_batches(f, theta, X, likelihood, batch_size):
+        d += (Jw**2).sum(0)
     return d
 
 
@@ -155,9 +162,45 @@ def jacobian_chunk(
     return max(1, int(budget / (K * n_params)), CHUNK_FLOOR // (K * n_params))
 
 
+class Builder(Protocol):
+    """What every curvature builder provides (``structures.py`` makes them)."""
+
+    can_update: bool  # whether a later fit(override=False) may add to it
+
+    def update(self, X: Tensor) -> Tensor:
+        """Add one batch of inputs X; return the outputs f(X) (n, K), detached."""
+
+    def finish(self) -> Posterior:
+        """The posterior of everything added so far."""
+
+    def resumed(self) -> Builder:
+        """A builder that adds to a copy of this one's sums: never to tensors that
+        its posterior holds (:func:`resume`)."""
+
+
+def resume(builder, *names: str):
+    """A shallow copy of ``builder`` with its attributes ``names`` copied: tensors and
+    dicts of tensors (running sums, written in place) cloned, lists (appended to)
+    copied, so that a failed continued fit leaves the original and its posterior as
+    they were."""
+    new = copy.copy(builder)
+    for name in names:
+        x = getattr(builder, name)
+        if isinstance(x, Tensor):
+            x = x.clone()
+        elif isinstance(x, dict):
+            x = {k: v.clone() for k, v in x.items()}
+        elif isinstance(x, list):
+            x = list(x)
+        setattr(new, name, x)
+    return new
+
+
 class FunctionalBuilder:
     """What every builder that works from f(θ, x) alone keeps: f, θ* (P,), the
     likelihood (for Λ) and the parameter tensor sizes."""
+
+    can_update = True
 
     def __init__(
         self,
@@ -173,90 +216,3 @@ class FunctionalBuilder:
         """f(X; θ*), (N, K), without gradients."""
         with torch.no_grad():
             return self.f(self.theta, X)
-
-
-class FullGGN(FunctionalBuilder):
-    """Accumulates the full GGN H = Σ J̃ᵀJ̃ (P, P) in place, from the whitened Jacobians
-    J̃ = Λ^½ J of a few examples at a time (:func:`jacobian_chunk`). While N·K < P and
-    they fit :data:`DUAL_FRACTION` of a P×P matrix (or 64 MiB) they are kept
-    (``jacobian_chunks``) for the dual route of the evidence (``EigenPosterior``)."""
-
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        param_sizes: list[int],
-        one_buffer: bool = False,
-        in_place: bool = False,
-        evidence_route: str = "auto",
-    ):
-        super().__init__(f, theta, likelihood, param_sizes)
-        P = theta.numel()
-        dense.check_fits(
-            P, theta.dtype, theta.device, 1, f"full Laplace over P = {P} parameters"
-        )
-        self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
-        self.jacobian_chunks: list[Tensor] | None = []
-        # options of the posterior (``posterior.FullPosterior``)
-        self.one_buffer, self.in_place = one_buffer, in_place
-        self.route = evidence_route
-        self._posterior = None
-        fraction = DUAL_FRACTION_ONE_BUFFER if one_buffer else DUAL_FRACTION
-        floor = 0 if one_buffer else DUAL_FLOOR_BYTES // theta.element_size()
-        self.dual_budget = max(int(P * P * fraction), floor)  # numbers
-
-    def update(self, X: Tensor) -> Tensor:
-        out = self.outputs(X)
-        P = self.theta.numel()
-        fraction = CHUNK_FRACTION_TIGHT if self.one_buffer else CHUNK_FRACTION
-        chunk = jacobian_chunk(out.shape[-1], P, fraction)
-        for start in range(0, X.shape[0], chunk):
-            Jw = whitened_jacobians(
-                self.f, self.theta, X[start : start + chunk], self.likelihood, chunk
-            )
-            self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
-            kept = self.jacobian_chunks
-            if kept is not None:
-                kept.append(Jw)
-                M = sum(b.shape[0] for b in kept)
-                if M >= P or M * P > self.dual_budget:  # too many for the dual route
-                    self.jacobian_chunks = None
-        return out
-
-    def finish(self):
-        Jw = torch.cat(self.jacobian_chunks) if self.jacobian_chunks else None
-        if Jw is not None:
-            self.jacobian_chunks = [Jw]  # one copy, shared with the posterior
-        self._posterior = FullPosterior(
-            self.H, self.param_sizes, Jw, self.route, self.one_buffer, self.in_place
-        )
-        return self._posterior
-
-    @property
-    def can_update(self) -> bool:
-        """False once the posterior has overwritten H with its factor (one_buffer)."""
-        return self._posterior is None or self._posterior._H is not None
-
-
-class DiagJacobianGGN(FunctionalBuilder):
-    """diag(G) from per-example Jacobians (:func:`ggn_diagonal`), for networks with
-    parameters outside Linear/Conv2d layers (``diag.DiagGGN`` for the others)."""
-
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        param_sizes: list[int],
-    ):
-        super().__init__(f, theta, likelihood, param_sizes)
-        self.d = torch.zeros_like(theta)
-
-    def update(self, X: Tensor) -> Tensor:
-        out = self.outputs(X)
-        self.d += ggn_diagonal(self.f, self.theta, X, self.likelihood)
-        return out
-
-    def finish(self):
-        return DiagPosterior(self.d, self.param_sizes)

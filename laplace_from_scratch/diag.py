@@ -8,19 +8,26 @@ and slow. For a Linear layer the entry of Jₙᵀ sₙ꜀ for W_oi is gₙ꜀ₒ
 
 one matrix product per layer after one forward and K backward passes. A Conv2d (or a
 Linear on a sequence) shares W over T positions, so Σₜ gₙ꜀ₒₜ uₙᵢₜ is squared after the
-sum: one product per example and column. Other layers: the Jacobian route.
+sum: one product per example and column. Other layers: the Jacobian route
+(:class:`DiagJacobianGGN`). Both builders make a :class:`DiagPosterior`.
 
 Shapes: N examples, K outputs, P parameters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
+from .curvature import FunctionalBuilder, ggn_diagonal, resume
+from .devices import randn
+from .functional import Functional
+from .layer_predictive import LayerBlock
 from .layers import backprop_output_hessian_sqrt, supported_layers, unfold
 from .likelihoods import Likelihood
-from .posterior import DiagPosterior
+from .posterior import prior_precision_diag
 
 
 class DiagGGN:
@@ -46,10 +53,11 @@ class DiagGGN:
             if p.requires_grad
         }
 
+    can_update = True
+
     def update(self, X: Tensor) -> Tensor:
-        """Add one batch (inputs X of ``model``); return its
-        outputs f (n, K), detached.
-        """
+        """Add one batch (inputs X of ``model``); return its outputs f (n, K),
+        detached."""
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for i, m in enumerate(self.layers):
             a, gs = bp.inputs[i], [g[i] for g in bp.grads]
@@ -63,16 +71,12 @@ class DiagGGN:
                 continue
             if isinstance(m, nn.Conv2d):
                 # (n, in·kh·kw, T), (n, out, T)
-                U, gs = (
-                    unfold(m, a),
-                    [g.flatten(2) for g in gs],
-                )
+                U, gs = unfold(m, a), [g.flatten(2) for g in gs]
             else:  # a Linear on (n, ..., in): the positions are the middle dimensions
                 U = a.reshape(a.shape[0], -1, a.shape[-1]).mT
                 gs = [g.reshape(g.shape[0], -1, g.shape[-1]).mT for g in gs]
-            for (
-                g
-            ) in gs:  # per-example Σₜ gₙ꜀ₜ uₙₜᵀ, squared after the sum over positions
+            # per example Σₜ gₙ꜀ₜ uₙₜᵀ, squared after the sum over positions
+            for g in gs:
                 if w is not None:
                     w += torch.bmm(g, U.mT).square().sum(0).reshape(w.shape)
                 if b is not None:
@@ -83,9 +87,11 @@ class DiagGGN:
         """diag(G), (P,)."""
         return torch.cat([d.reshape(-1) for d in self.sums.values()])
 
-    def finish(self):
-        """The diagonal's :class:`~laplace_from_scratch.posterior.DiagPosterior`."""
+    def finish(self) -> DiagPosterior:
         return DiagPosterior(self.diagonal(), [d.numel() for d in self.sums.values()])
+
+    def resumed(self) -> DiagGGN:
+        return resume(self, "sums")
 
 
 def ggn_diagonal_layerwise(
@@ -97,3 +103,64 @@ def ggn_diagonal_layerwise(
     for start in range(0, X.shape[0], batch_size):
         acc.update(X[start : start + batch_size])
     return acc.diagonal()
+
+
+class DiagJacobianGGN(FunctionalBuilder):
+    """diag(G) from per-example Jacobians (``curvature.ggn_diagonal``), for networks
+    with parameters outside Linear/Conv2d layers (:class:`DiagGGN` for the others)."""
+
+    def __init__(
+        self,
+        f: Functional,
+        theta: Tensor,
+        likelihood: Likelihood,
+        param_sizes: list[int],
+    ):
+        super().__init__(f, theta, likelihood, param_sizes)
+        self.d = torch.zeros_like(theta)
+
+    def update(self, X: Tensor) -> Tensor:
+        out = self.outputs(X)
+        self.d += ggn_diagonal(self.f, self.theta, X, self.likelihood)
+        return out
+
+    def finish(self) -> DiagPosterior:
+        return DiagPosterior(self.d, self.param_sizes)
+
+    def resumed(self) -> DiagJacobianGGN:
+        return resume(self, "d")
+
+
+class DiagPosterior:
+    """A diagonal curvature d (P,): Σ⁻¹ = c·d + p₀ elementwise, so everything is
+    elementwise."""
+
+    def __init__(self, d: Tensor, param_sizes: Sequence[int]):
+        self.H, self.param_sizes, self.n_params = d, list(param_sizes), d.shape[0]
+
+    def precision(self, prior: Tensor, c: Tensor) -> Tensor:
+        """The diagonal of Σ⁻¹, (P,), as laplace-torch returns it."""
+        return c * self.H + prior_precision_diag(prior, self.param_sizes)
+
+    def log_det(self, prior: Tensor, c: Tensor) -> Tensor:
+        return self.precision(prior, c).log().sum()
+
+    def variance(self, prior: Tensor, c: Tensor) -> Tensor:
+        return 1 / self.precision(prior, c)
+
+    def covariance(self, prior: Tensor, c: Tensor) -> Tensor:
+        return torch.diag(self.variance(prior, c))
+
+    def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
+        return torch.einsum("nkp,p,nlp->nkl", J, self.variance(prior, c), J)
+
+    def layer_blocks(self, prior: Tensor, c: Tensor) -> list[LayerBlock]:
+        """Σ per parameter tensor, for the layer-wise predictive
+        (``layer_predictive.py``): the variances, in no rotated basis."""
+        return [LayerBlock(v) for v in self.variance(prior, c).split(self.param_sizes)]
+
+    def sample(
+        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
+    ) -> Tensor:
+        eps = randn((n_samples, self.n_params), self.H, generator)
+        return eps * self.variance(prior, c).sqrt()

@@ -44,17 +44,31 @@ def unflatten_params(theta: Tensor, model: nn.Module) -> dict[str, Tensor]:
     return {name: c.view_as(p) for (name, p), c in zip(named, chunks, strict=True)}
 
 
+# torch's module-level dicts of global backward hooks (``torch.nn.modules.module``)
+GLOBAL_BACKWARD_HOOKS = ("_global_backward_hooks", "_global_backward_pre_hooks")
+
+
 @contextmanager
 def backward_hooks_off(model: nn.Module) -> Iterator[None]:
-    """Switch off module backward hooks (of every submodule, and the global ones)
-    while we differentiate ``model``, and restore them on exit. Full backward hooks
+    """Set module backward hooks (of every submodule, and the global ones) aside while
+    we differentiate ``model``, and put them back on exit. Full backward hooks
     (BackPACK, ASDL, user code) wrap a module in an ``autograd.Function`` that
-    ``torch.func`` cannot transform; they never change the forward value."""
-    saved = [(m, m._backward_hooks, m._backward_pre_hooks) for m in model.modules()]
-    names = ("_global_backward_hooks", "_global_backward_pre_hooks")
+    ``torch.func`` cannot transform; they never change the forward value.
+
+    torch has no public way to suspend a hook someone else registered (only the
+    ``RemovableHandle`` of whoever registered it removes it), and ``Module.__call__``
+    reads four private dicts: each module's ``_backward_hooks`` and
+    ``_backward_pre_hooks`` and the module globals :data:`GLOBAL_BACKWARD_HOOKS`. So
+    those that hold a hook are swapped for empty ones and restored; a model without
+    backward hooks, the usual case, touches nothing private.
+    ``tests/test_functional.py`` checks these names against the installed torch.
+    """
+    hooked = [m for m in model.modules() if m._backward_hooks or m._backward_pre_hooks]
+    names = [n for n in GLOBAL_BACKWARD_HOOKS if getattr(module_globals, n)]
+    saved = [(m, m._backward_hooks, m._backward_pre_hooks) for m in hooked]
     globals_saved = {n: getattr(module_globals, n) for n in names}
     try:
-        for m, _, _ in saved:
+        for m in hooked:
             m._backward_hooks, m._backward_pre_hooks = OrderedDict(), OrderedDict()
         for n in names:
             setattr(module_globals, n, OrderedDict())

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .dense import check_bytes
+from .curvature import resume
 from .devices import randn
 from .layer_predictive import LayerBlock
 from .layers import backprop_output_hessian_sqrt, conv_padding, supported_layers, unfold
 from .likelihoods import Likelihood
+from .memory_limit import check_bytes
 from .operators import Operator
-from .posterior import prior_kind
+from .posterior import prior_precision_diag
 
 
 @dataclass
@@ -50,9 +51,6 @@ class KronBlock:
     @property
     def size(self) -> int:
         return self.B.shape[0] * (1 if self.A is None else self.A.shape[0])
-
-    def to_matrix(self) -> Tensor:
-        return self.B if self.A is None else torch.kron(self.B, self.A)
 
 
 class KFAC:
@@ -125,8 +123,13 @@ class KFAC:
             if p.requires_grad
         ]
 
+    can_update = True
+
     def finish(self) -> KronPosterior:
         return KronPosterior(self.blocks())
+
+    def resumed(self) -> KFAC:
+        return resume(self, "B", "A")
 
 
 def kfac(
@@ -155,6 +158,8 @@ class KronPosterior:
 
     def __init__(self, blocks: list[KronBlock]):
         self.blocks = blocks
+        # the saved fields (``structures.py``): B and A of every block
+        self.B, self.A = [b.B for b in blocks], [b.A for b in blocks]
         # (λ_B, Q_B, λ_A, Q_A) per block, eigenvalues clamped at 0, None without A
         self.eig = [(*_eigh(b.B), *_eigh(b.A)) for b in blocks]
         self.sizes = [b.size for b in blocks]
@@ -169,13 +174,13 @@ class KronPosterior:
         lB, _, lA, _ = self.eig[i]
         return lB if lA is None else torch.outer(lB, lA).reshape(-1)
 
-    def precision_eigvals(self, prior: Tensor, factor: Tensor) -> list[Tensor]:
+    def precision_eigvals(self, prior: Tensor, c: Tensor) -> list[Tensor]:
         """c·λ + δₗ for each block, in the block's eigenbasis."""
-        deltas = kron_prior(prior, self.sizes)  # one per block
-        return [factor * self._eigvals(i) + deltas[i] for i in range(len(self.blocks))]
+        deltas = prior_precision_diag(prior, self.sizes, per_tensor=True)  # per block
+        return [c * self._eigvals(i) + deltas[i] for i in range(len(self.blocks))]
 
-    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        return sum(ev.log().sum() for ev in self.precision_eigvals(prior, factor))
+    def log_det(self, prior: Tensor, c: Tensor) -> Tensor:
+        return sum(ev.log().sum() for ev in self.precision_eigvals(prior, c))
 
     def _rotate(self, i: int, V: Tensor, inverse: bool = False) -> Tensor:
         """(Q_B ⊗ Q_A)ᵀ v (or Q v with ``inverse``) for each row of V (M, size)."""
@@ -186,49 +191,49 @@ class KronPosterior:
         W = QB @ W @ QA.T if inverse else QB.T @ W @ QA
         return W.reshape(V.shape[0], -1)
 
-    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
+    def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
         """J Σ Jᵀ per input, block by block in the eigenbases; (N, K, P) → (N, K, K)."""
         N, K, P = J.shape
         J2 = J.reshape(N * K, P)
         out = torch.zeros(N, K, K, dtype=J.dtype, device=J.device)
         start = 0
-        for i, ev in enumerate(self.precision_eigvals(prior, factor)):
+        for i, ev in enumerate(self.precision_eigvals(prior, c)):
             Jt = self._rotate(i, J2[:, start : start + self.sizes[i]]).reshape(N, K, -1)
             out = out + torch.einsum("nkp,p,nlp->nkl", Jt, 1 / ev, Jt)
             start += self.sizes[i]
         return out
 
-    def layer_blocks(self, prior: Tensor, factor: Tensor) -> list[LayerBlock]:
+    def layer_blocks(self, prior: Tensor, c: Tensor) -> list[LayerBlock]:
         """Σ per block, for the layer-wise predictive (``layer_predictive.py``): the
         eigenbases Q_B, Q_A and the reciprocal eigenvalues of the precision."""
         return [
             LayerBlock(1 / ev, QB, QA)
             for ev, (_, QB, _, QA) in zip(
-                self.precision_eigvals(prior, factor), self.eig, strict=True
+                self.precision_eigvals(prior, c), self.eig, strict=True
             )
         ]
 
-    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
+    def variance(self, prior: Tensor, c: Tensor) -> Tensor:
         """diag(Σ), (P,)."""
-        return self.covariance(prior, factor).diag()
+        return self.covariance(prior, c).diag()
 
     def sample(
-        self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
+        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
     ) -> Tensor:
         """Draws from N(0, Σ), (S, P): Q diag(ev)^-½ ε per block."""
         parts = []
-        for i, ev in enumerate(self.precision_eigvals(prior, factor)):
+        for i, ev in enumerate(self.precision_eigvals(prior, c)):
             eps = randn((n_samples, ev.numel()), ev, generator)
             parts.append(self._rotate(i, eps / ev.sqrt(), inverse=True))
         return torch.cat(parts, dim=1)
 
-    def precision(self, prior: Tensor, factor: Tensor) -> KronMatrix:
+    def precision(self, prior: Tensor, c: Tensor) -> KronMatrix:
         """Σ⁻¹ in Kronecker form."""
-        return KronMatrix(self, self.precision_eigvals(prior, factor))
+        return KronMatrix(self, self.precision_eigvals(prior, c))
 
-    def covariance(self, prior: Tensor, factor: Tensor) -> KronMatrix:
+    def covariance(self, prior: Tensor, c: Tensor) -> KronMatrix:
         """Σ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
-        return KronMatrix(self, [1 / v for v in self.precision_eigvals(prior, factor)])
+        return KronMatrix(self, [1 / v for v in self.precision_eigvals(prior, c)])
 
 
 class KronMatrix(Operator):
@@ -273,17 +278,3 @@ class KronMatrix(Operator):
         tests and small P only."""
         powered = KronMatrix(self.structure, [v**exponent for v in self.values])
         return Operator.to_matrix(powered)
-
-
-def kron_prior(prior: Tensor, sizes: list[int]) -> Tensor:
-    """A scalar or per-block prior precision as one value per block, (n_blocks,); one
-    value per parameter does not fit KFAC's eigendecompositions: ValueError."""
-    kind = prior_kind(prior, sizes)
-    if kind == "diag" and len(sizes) != sum(sizes):
-        raise ValueError(
-            "hessian_structure='kron' needs a scalar prior_precision or one value per "
-            f"parameter tensor ({len(sizes)}), got shape {tuple(prior.shape)}"
-        )
-    return (
-        prior.reshape(()).expand(len(sizes)) if kind == "scalar" else prior.reshape(-1)
-    )

@@ -51,13 +51,7 @@ from .marglik import laplace_evidence, maximize_on_logs
 from .posterior import prior_kind, prior_precision_diag
 from .predictive import gaussian_samples, linearized_samples, nn_samples
 from .saving import posterior_from_state, posterior_state
-from .structures import (
-    PRIORS,
-    STRUCTURES,
-    check_combination,
-    check_options,
-    make_builder,
-)
+from .structures import STRUCTURES, check_combination, check_options
 from .weights import select_weights
 
 SUBSETS = ("all", "last_layer", "subnetwork")
@@ -83,7 +77,7 @@ class Laplace:
     ):
         check_choice("likelihood", likelihood, NAMES)
         check_choice("subset_of_weights", subset_of_weights, SUBSETS)
-        check_choice("hessian_structure", hessian_structure, STRUCTURES)
+        check_choice("hessian_structure", hessian_structure, tuple(STRUCTURES))
         check_combination(subset_of_weights, hessian_structure)
         check_options(hessian_structure, structure_options)
         if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
@@ -161,7 +155,8 @@ class Laplace:
     @prior_precision.setter
     def prior_precision(self, value: float | Tensor) -> None:
         p0 = as_like(value, self.mean, "prior_precision")
-        kind, allowed = prior_kind(p0, self.param_sizes), PRIORS[self.hessian_structure]
+        kind = prior_kind(p0, self.param_sizes)
+        allowed = STRUCTURES[self.hessian_structure].priors
         if kind not in allowed:
             raise ValueError(
                 f"hessian_structure={self.hessian_structure!r} supports a prior "
@@ -211,10 +206,8 @@ class Laplace:
         check_eval_mode(self.model)
         if override or self.structure is None:
             w = self._select_weights()
-            options = self.structure_options
-            builder = make_builder(
-                self.hessian_structure, w, self._lik, self.param_sizes, **options
-            )
+            build = STRUCTURES[self.hessian_structure].build
+            builder = build(w, self._lik, self.param_sizes, **self.structure_options)
             loss, n_data, n_outputs = w.theta.new_zeros(()), 0, 0
         else:
             if self._builder is None:  # loaded from a state_dict: no running sums
@@ -222,12 +215,13 @@ class Laplace:
                     "a Laplace loaded from a state_dict cannot be updated "
                     "(override=False): fit it again"
                 )
-            if not getattr(self._builder, "can_update", True):
+            if not self._builder.can_update:
                 raise ValueError(
                     f"a {self.hessian_structure!r} fit cannot be updated "
                     "(override=False)"
                 )
-            w, builder = self.weights, self._builder
+            # a copy of the running sums: if this fit fails, nothing here changes
+            w, builder = self.weights, self._builder.resumed()
             loss, n_data, n_outputs = self.loss.clone(), self.n_data, self.n_outputs
         input_shape = self.input_shape
         if progress_bar:
@@ -273,7 +267,7 @@ class Laplace:
         of a fitted Laplace: tensors and plain values, for ``torch.save``."""
         return {
             "mean": self.mean,
-            "H": posterior_state(self._post()),
+            "H": posterior_state(self.hessian_structure, self._post()),
             "loss": self.loss,
             "n_data": self.n_data,
             "n_outputs": self.n_outputs,
@@ -324,7 +318,7 @@ class Laplace:
 
     # ----- the posterior: the structure's six methods at the current hyperparameters --
     @property
-    def _factor(self) -> Tensor:
+    def _c(self) -> Tensor:
         """c = 1/(σ²T), the factor in front of H."""
         return 1 / (self.sigma_noise**2 * self.temperature)
 
@@ -332,18 +326,18 @@ class Laplace:
     def posterior_precision(self):
         """Σ⁻¹ = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with
         ``to_matrix()`` otherwise."""
-        return self._post().precision(self.prior_precision, self._factor)
+        return self._post().precision(self.prior_precision, self._c)
 
     @property
     def posterior_covariance(self):
         """Σ: (P, P) for full and diag (dense: small P), an object with
         ``to_matrix()`` otherwise."""
-        return self._post().covariance(self.prior_precision, self._factor)
+        return self._post().covariance(self.prior_precision, self._c)
 
     @property
     def posterior_variance(self) -> Tensor:
         """The marginal variances diag(Σ), (P,)."""
-        return self._post().variance(self.prior_precision, self._factor)
+        return self._post().variance(self.prior_precision, self._c)
 
     def sample(
         self, n_samples: int = 100, generator: torch.Generator | None = None
@@ -351,19 +345,19 @@ class Laplace:
         """θ ~ N(θ*, Σ), (S, P)."""
         check_count("n_samples", n_samples)
         return self.mean + self._post().sample(
-            n_samples, self.prior_precision, self._factor, generator
+            n_samples, self.prior_precision, self._c, generator
         )
 
     def functional_variance(self, J: Tensor) -> Tensor:
         """f_var = J Σ Jᵀ per input. J: (N, K, P) → (N, K, K)."""
-        return self._post().functional_variance(J, self.prior_precision, self._factor)
+        return self._post().functional_variance(J, self.prior_precision, self._c)
 
     # ----- the evidence -------------------------------------------------------------
     @property
     def log_likelihood(self) -> Tensor:
         """log p(D | θ*) at the current σ and T: −c·½SSE − N·K·log(σ√2π), or −c·ΣCE."""
         self._post()
-        return -self._factor * self.loss - self._lik.log_normaliser(
+        return -self._c * self.loss - self._lik.log_normaliser(
             self.n_data * self.n_outputs, self.sigma_noise
         )
 
@@ -379,7 +373,7 @@ class Laplace:
 
     @property
     def log_det_posterior_precision(self) -> Tensor:
-        return self._post().log_det(self.prior_precision, self._factor)
+        return self._post().log_det(self.prior_precision, self._c)
 
     @property
     def log_det_ratio(self) -> Tensor:
@@ -485,7 +479,7 @@ class Laplace:
         self._post()
         p0 = self.prior_precision.clone()
         if prior_structure == "layerwise" and p0.numel() == 1:
-            p0 = p0.reshape(()).expand(self.n_param_tensors).clone()
+            p0 = prior_precision_diag(p0, self.param_sizes, per_tensor=True).clone()
         init = {"prior_precision": p0}
         if tune_sigma:
             if not self._lik.has_noise:
@@ -542,8 +536,13 @@ class Laplace:
 
     def _predictive_layers(self) -> list[nn.Module] | None:
         """The Linear/Conv2d layers of the layer-wise predictive for a posterior with
-        ``layer_blocks`` (diag, KFAC); None means per-example Jacobians."""
-        if not hasattr(self._post(), "layer_blocks") or self.weights.module is None:
+        ``layer_blocks`` (its table entry's ``layerwise``); None: per-example
+        Jacobians."""
+        self._post()
+        if (
+            not STRUCTURES[self.hessian_structure].layerwise
+            or self.weights.module is None
+        ):
             return None
         return supported_layers(self.weights.module)
 
@@ -564,9 +563,9 @@ class Laplace:
             w = self.weights
             theta = self.mean.detach().requires_grad_()  # so that each z needs grad
             x_in = x if w.features is None else w.features(x)
-            blocks = self._post().layer_blocks(self.prior_precision, self._factor)
+            blocks = self._post().layer_blocks(self.prior_precision, self._c)
             _, f_var = glm_variance(
-                lambda X: w.f_in(theta, X), w.module, layers, x_in, blocks
+                lambda X: w.f_module(theta, X), w.module, layers, x_in, blocks
             )
             return f_mu, f_var
         # few enough inputs for their J to stay small beside a P×P matrix (or CHUNK_CAP)
@@ -593,17 +592,24 @@ class Laplace:
         (N·K,), (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
         Classification: class probabilities (N, C) by ``link_approx`` ("bridge" for
         softmax only; ``diagonal_output``: MC over a diagonal f_var), or the mean
-        softmax (sigmoid) over sampled networks (``"nn"``)."""
+        softmax (sigmoid) over sampled networks (``"nn"``); ``joint`` is refused (the
+        joint Gaussian over the logits: ``glm_predictive(x, joint=True)``)."""
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
+        reg = self._lik.has_noise
+        if joint and not reg:
+            raise ValueError(
+                "joint=True is the joint Gaussian of regression outputs; class "
+                "probabilities have none: use la.glm_predictive(x, joint=True) for the "
+                "joint Gaussian over the logits"
+            )
         if pred_type == "nn":  # (glm_predictive checks x itself)
             self._check_x(x)
             return self._lik.nn_link(
                 nn_samples(self.weights.f, x, self.sample(n_samples, generator))
             )
-        reg = self._lik.has_noise
-        f_mu, f_var = self.glm_predictive(x, joint=joint and reg)
+        f_mu, f_var = self.glm_predictive(x, joint=joint)
         if diagonal_output and not joint:
             f_var = f_var.diagonal(dim1=-2, dim2=-1)
             if not reg:  # the MC link samples from the diagonal Gaussian

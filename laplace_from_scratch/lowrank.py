@@ -1,7 +1,7 @@
 """Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ, plus the
 diagonal prior.
 
-The spectrum of the GGN (rank ≤ N·K) usually decays fast (notebook 05). Keeping the k
+The spectrum of the GGN (rank ≤ N·K) usually decays fast (notebook 07a). Keeping the k
 largest eigenpairs, found by Lanczos on GGN-vector products (``matfree.py``), gives
 Σ⁻¹ = c·V diag(λ) Vᵀ + D, D = diag(p₀). Write Σ⁻¹ = D^½ (I + W Wᵀ) D^½ with
 W = D^-½ V diag(cλ)^½ (P × k); with Wᵀ W = E diag(s) Eᵀ, U = W E s^-½ is orthonormal and
@@ -17,6 +17,8 @@ Shapes: P parameters, k the rank, N inputs, K outputs, S samples.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -74,12 +76,20 @@ class LowRankGGN(MatfreeGGN):
 
 class LowRankMatrix(Operator):
     """Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½ from :meth:`LowRankPosterior._whitened`, or with
-    ``inverse=True`` Σ = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½, in O(P·k)."""
+    ``inverse=True`` Σ = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½, in O(P·k);
+    ``log_det()`` gives log det Σ⁻¹ (:meth:`LowRankPosterior.log_det`)."""
 
-    def __init__(self, d: Tensor, U: Tensor, s: Tensor, inverse: bool = False):
+    def __init__(
+        self,
+        d: Tensor,
+        U: Tensor,
+        s: Tensor,
+        log_det: Callable[[], Tensor],
+        inverse: bool = False,
+    ):
         self.d, self.U, self.inverse = d, U, inverse
         self.middle = (1 / (1 + s) - 1) if inverse else s
-        self._log_det = d.log().sum() + s.log1p().sum()  # log det Σ⁻¹
+        self._log_det = log_det
         self.like, self.shape = U, (U.shape[0], U.shape[0])
 
     def __matmul__(self, v: Tensor) -> Tensor:
@@ -93,7 +103,7 @@ class LowRankMatrix(Operator):
         return inner / self.d if self.inverse else inner * self.d
 
     def logdet(self) -> Tensor:
-        return -self._log_det if self.inverse else self._log_det
+        return -self._log_det() if self.inverse else self._log_det()
 
 
 class LowRankPosterior:
@@ -108,42 +118,45 @@ class LowRankPosterior:
     def H(self) -> tuple[Tensor, Tensor]:
         return self.V, self.eigvals
 
-    def _scaled(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor]:
+    def _scaled(self, prior: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
         """(d (P,), W (P, k)) with Σ⁻¹ = D^½ (I + W Wᵀ) D^½, W = D^-½ V diag(cλ)^½."""
         d = prior_precision_diag(prior, self.param_sizes).to(self.V.dtype)
-        return d, self.V / d.sqrt()[:, None] * (factor * self.eigvals).sqrt()
+        return d, self.V / d.sqrt()[:, None] * (c * self.eigvals).sqrt()
 
-    def _whitened(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _whitened(self, prior: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(d (P,), U (P, k) orthonormal, s (k,)) with W Wᵀ = U diag(s) Uᵀ, so that
         Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½."""
-        d, W = self._scaled(prior, factor)
+        d, W = self._scaled(prior, c)
         s, E = torch.linalg.eigh(W.T @ W)
         s = s.clamp(min=0)
         return d, (W @ E) / s.clamp(min=torch.finfo(s.dtype).tiny).sqrt(), s
 
-    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        d, W = self._scaled(prior, factor)
+    def log_det(self, prior: Tensor, c: Tensor) -> Tensor:
+        """log det Σ⁻¹ = Σ log dᵢ + log det(I_k + Wᵀ W) (one k×k determinant)."""
+        d, W = self._scaled(prior, c)
         eye = torch.eye(W.shape[1], dtype=W.dtype, device=W.device)
         return d.log().sum() + torch.logdet(eye + W.T @ W)
 
-    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
-        return self.covariance(prior, factor).diagonal()
+    def variance(self, prior: Tensor, c: Tensor) -> Tensor:
+        return self.covariance(prior, c).diagonal()
 
-    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        d, U, s = self._whitened(prior, factor)
+    def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
+        d, U, s = self._whitened(prior, c)
         Jt = J / d.sqrt()  # J D^-½, (N, K, P)
         JU = Jt @ U  # (N, K, k)
         return Jt @ Jt.mT + (JU * (1 / (1 + s) - 1)) @ JU.mT
 
     def sample(
-        self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
+        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
     ) -> Tensor:
-        d, U, s = self._whitened(prior, factor)
+        d, U, s = self._whitened(prior, c)
         eps = randn((n_samples, self.n_params), self.V, generator)
         return (eps + ((eps @ U) * ((1 + s).rsqrt() - 1)) @ U.T) / d.sqrt()
 
-    def precision(self, prior: Tensor, factor: Tensor) -> LowRankMatrix:
-        return LowRankMatrix(*self._whitened(prior, factor))
+    def precision(self, prior: Tensor, c: Tensor) -> LowRankMatrix:
+        log_det = lambda: self.log_det(prior, c)
+        return LowRankMatrix(*self._whitened(prior, c), log_det)
 
-    def covariance(self, prior: Tensor, factor: Tensor) -> LowRankMatrix:
-        return LowRankMatrix(*self._whitened(prior, factor), inverse=True)
+    def covariance(self, prior: Tensor, c: Tensor) -> LowRankMatrix:
+        log_det = lambda: self.log_det(prior, c)
+        return LowRankMatrix(*self._whitened(prior, c), log_det, inverse=True)

@@ -35,42 +35,63 @@ def laplace_evidence(
     return log_likelihood - 0.5 * (log_det_posterior - log_det_prior + scatter)
 
 
+class LogAdam:
+    """Adam on the logs of positive hyperparameters (which keeps them positive):
+    ``logs`` maps argument names to log values (tensors of any shape, on any device).
+    :meth:`step` takes one step on an objective to maximise, the one loop that
+    :func:`maximize_on_logs` and ``marglik_training`` share."""
+
+    def __init__(self, logs: dict[str, Tensor], lr: float = 0.1):
+        self.logs = {
+            k: v.detach().clone().requires_grad_(True) for k, v in logs.items()
+        }
+        self.opt, self.lr, self.n_steps = (
+            torch.optim.Adam(self.logs.values(), lr),
+            lr,
+            0,
+        )
+        self.last: dict[str, Tensor] = {}  # the values of the last step's objective
+
+    def values(self) -> dict[str, Tensor]:
+        """The current values, detached."""
+        return {k: v.detach().exp() for k, v in self.logs.items()}
+
+    def step(self, objective: Callable[..., Tensor]) -> float:
+        """One Adam step up ``objective(**values)``; returns its value before the step.
+        Raises ``ValueError`` where a value or the objective stops being finite."""
+        self.opt.zero_grad()
+        values = {k: v.exp() for k, v in self.logs.items()}
+        if not all(
+            bool(torch.isfinite(v).all() and (v > 0).all()) for v in values.values()
+        ):
+            raise ValueError(
+                f"Adam diverged at step {self.n_steps} (lr={self.lr}): a "
+                "hyperparameter became 0 or inf; the learning rate is too large"
+            )
+        value = objective(**values)
+        if not torch.isfinite(value):
+            raise ValueError(
+                f"the evidence became {value.item()} at step {self.n_steps} of Adam "
+                f"(lr={self.lr}): the learning rate is too large, or the model's loss "
+                "is not finite"
+            )
+        (-value).backward()
+        self.opt.step()
+        self.n_steps += 1
+        self.last = {k: v.detach() for k, v in values.items()}
+        return value.item()
+
+
 def maximize_on_logs(
     objective: Callable[..., Tensor],
     init: dict[str, Tensor],
     n_steps: int = 100,
     lr: float = 0.1,
 ) -> tuple[dict[str, Tensor], list[float]]:
-    """Maximise ``objective(**{name: exp(log value)})`` by Adam on the logs of the
-    values.
-
-    ``init`` maps argument names to positive initial values (tensors of any shape, on
-    any device). Returns the final values (detached) and the objective before each step.
-    This is laplace-torch's scheme for δ (Adam, lr 0.1, 100 steps) extended to any set
-    of positive hyperparameters.
-    """
-    logs = {k: v.detach().log().clone().requires_grad_(True) for k, v in init.items()}
-    opt = torch.optim.Adam(list(logs.values()), lr=lr)
-    history: list[float] = []
-    for _ in range(n_steps):
-        opt.zero_grad()
-        values = {k: v.exp() for k, v in logs.items()}
-        if not all(
-            bool(torch.isfinite(v).all() and (v > 0).all()) for v in values.values()
-        ):
-            raise ValueError(
-                f"Adam diverged at step {len(history)} (lr={lr}): a hyperparameter "
-                "became 0 or inf; "
-                "the learning rate is too large"
-            )
-        value = objective(**values)
-        if not torch.isfinite(value):
-            raise ValueError(
-                f"the evidence became {value.item()} at step {len(history)} of Adam "
-                f"(lr={lr}): "
-                "the learning rate is too large, or the model's loss is not finite"
-            )
-        (-value).backward()
-        opt.step()
-        history.append(value.item())
-    return {k: v.detach().exp() for k, v in logs.items()}, history
+    """Maximise ``objective(**{name: value})`` by Adam on the logs of the values
+    (:class:`LogAdam`), from ``init`` (positive values); returns the final values
+    (detached) and the objective before each step. This is laplace-torch's scheme for δ
+    (Adam, lr 0.1, 100 steps) extended to any set of positive hyperparameters."""
+    adam = LogAdam({k: v.detach().log() for k, v in init.items()}, lr)
+    history = [adam.step(objective) for _ in range(n_steps)]
+    return adam.values(), history

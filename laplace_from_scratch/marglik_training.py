@@ -4,12 +4,15 @@ likelihood (Immer et al., 2021, Algorithm 1), with laplace-torch 0.3's call shap
 Every epoch the network takes SGD steps on the mean loss plus the prior's weight decay
 at the current δ and σ,
 
-    loss = mean_loss(f, y) + ½ θᵀ diag(δ) θ / (N · c),   c = T/(2σ²) (regression), T,
+    loss = mean_loss(f, y) + ½ θᵀ diag(δ) θ / (N·κ),   κ = T/(2σ²) (regression), T,
 
-and every ``marglik_frequency`` epochs after the burn-in a Laplace approximation is
-fitted at the current weights and ``n_hypersteps`` Adam steps go to log δ and log σ on
-the negative evidence. The weights, δ and σ of the best evidence are returned with
-their Laplace. Shapes: N examples, P parameters in ``n`` trainable tensors.
+κ the factor that turns the summed negative log-likelihood (at temperature T) into the
+mean loss, as laplace-torch scales it (not the c = 1/(σ²T) of Σ⁻¹); and every
+``marglik_frequency`` epochs after the burn-in a Laplace approximation is fitted at the
+current weights and ``n_hypersteps`` Adam steps (``marglik.LogAdam``, one optimiser for
+the whole run) go to log δ and log σ on the negative evidence. The weights, δ and σ of
+the best evidence are returned with their Laplace. Shapes: N examples, P parameters in
+``n`` trainable tensors.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from torch import nn
 from .checks import check_choice, check_count, check_positive
 from .laplace import Laplace
 from .likelihoods import NAMES, get_likelihood
-from .posterior import PRIOR_KINDS, prior_precision_diag
-from .structures import PRIORS, STRUCTURES
+from .marglik import LogAdam
+from .posterior import PRIOR_KINDS, prior_precision_diag, prior_sizes
+from .structures import STRUCTURES
 
 
 def marglik_training(
@@ -64,12 +68,13 @@ def marglik_training(
     every batch. On an error the model's weights are restored.
     """
     check_choice("likelihood", likelihood, NAMES)
-    check_choice("hessian_structure", hessian_structure, STRUCTURES)
+    check_choice("hessian_structure", hessian_structure, tuple(STRUCTURES))
     check_choice("prior_structure", prior_structure, PRIOR_KINDS)
-    if prior_structure not in PRIORS[hessian_structure]:
+    priors = STRUCTURES[hessian_structure].priors
+    if prior_structure not in priors:
         raise ValueError(
             f"hessian_structure={hessian_structure!r} supports prior_structure "
-            f"{' or '.join(PRIORS[hessian_structure])}, not {prior_structure!r}"
+            f"{' or '.join(priors)}, not {prior_structure!r}"
         )
     check_count("n_epochs", n_epochs)
     check_count("n_hypersteps", n_hypersteps)
@@ -90,11 +95,76 @@ def marglik_training(
             stacklevel=2,
         )
         optimizer_kwargs["weight_decay"] = 0.0
+    optimizer = optimizer_cls(model.parameters(), **optimizer_kwargs)
+    scheduler = scheduler_cls and scheduler_cls(optimizer, **(scheduler_kwargs or {}))
+    # Adam on log δ (laplace-torch starts δ at T·prior_prec_init) and, if learned, log σ
+    like_params = dict(device=params[0].device, dtype=params[0].dtype)
+    n_prior = prior_sizes([p.numel() for p in params])[prior_structure]
+    log_prior = math.log(temperature * prior_prec_init)
+    logs = {"prior_precision": torch.full((n_prior,), log_prior, **like_params)}
+    if likelihood == "regression" and not fix_sigma_noise:
+        log_sigma = math.log(sigma_noise_init)
+        logs["sigma_noise"] = torch.full((1,), log_sigma, **like_params)
+    hyper = LogAdam(logs, lr_hyp)
+    # laplace-torch reads len(train_loader.dataset); any iterable of batches works here
+    N = (
+        len(train_loader.dataset)
+        if hasattr(train_loader, "dataset")
+        else sum(len(b[1]) for b in train_loader)
+    )
+    fixed_sigma = sigma_noise_init if likelihood == "regression" else 1.0
+    like, sizes, T = (
+        get_likelihood(likelihood),
+        [p.numel() for p in params],
+        temperature,
+    )
+    margliks: list[float] = []
+    losses: list[float] = []
+    best: dict = {"neg_evidence": math.inf}  # and the weights and hyperparameters of it
+    epochs = range(1, n_epochs + 1)
+    if progress_bar:
+        from tqdm.auto import tqdm  # (an optional dependency)
+
+        epochs = tqdm(epochs, desc="marglik_training")
     saved, mode = copy.deepcopy(model.state_dict()), model.training
     try:
-        return _train(
-            model, params, train_loader, likelihood, hessian_structure, locals()
-        )
+        for epoch in epochs:
+            # δ and σ move only in the hyperparameter steps after an epoch
+            current = hyper.values()
+            sigma = current.get("sigma_noise", fixed_sigma)
+            kappa = T / (2 * sigma**2) if likelihood == "regression" else T
+            delta = prior_precision_diag(current["prior_precision"], sizes)
+            epoch_loss = 0.0
+            for X, y in train_loader:
+                X, y = X.to(like_params["device"]), y.to(like_params["device"])
+                optimizer.zero_grad()
+                theta = nn.utils.parameters_to_vector(params)
+                prior_term = (0.5 * (delta * theta) @ theta) / N / kappa
+                loss = like.mean_loss(model(X), y) + prior_term
+                loss.backward()
+                optimizer.step()
+                epoch_loss += loss.item() * len(y)
+                if scheduler is not None:
+                    scheduler.step()
+            losses.append(epoch_loss / N)
+            if epoch % marglik_frequency != 0 or epoch < n_epochs_burnin:
+                continue
+            prior = current["prior_precision"]
+            la = _fit(
+                model, train_loader, likelihood, hessian_structure, T, sigma, prior
+            )
+            for _ in range(n_hypersteps):
+                margliks.append(-hyper.step(la.log_marginal_likelihood))
+            if margliks[-1] < best["neg_evidence"]:  # δ, σ as they were for that value
+                weights = copy.deepcopy(model.state_dict())
+                best = {"neg_evidence": margliks[-1], "weights": weights, **hyper.last}
+        last = best if "weights" in best else hyper.values()  # (no evidence step: last)
+        if "weights" in best:
+            model.load_state_dict(best["weights"])
+        sigma = last.get("sigma_noise", fixed_sigma)
+        prior = last["prior_precision"]
+        la = _fit(model, train_loader, likelihood, hessian_structure, T, sigma, prior)
+        return la, model, margliks, losses
     except BaseException:
         model.load_state_dict(saved)
         raise
@@ -102,94 +172,14 @@ def marglik_training(
         model.train(mode)
 
 
-def _fit(model: nn.Module, loader, likelihood: str, structure: str, T, s, prior):
+def _fit(model: nn.Module, loader, likelihood: str, structure: str, T, sigma, prior):
     """A Laplace at the model's current weights, fitted in eval mode."""
     la = Laplace(
         model, likelihood, hessian_structure=structure, temperature=T,
-        sigma_noise=s, prior_precision=prior,
+        sigma_noise=sigma, prior_precision=prior,
     )  # fmt: skip
     mode = model.training
     model.eval()
     la.fit(loader)
     model.train(mode)
     return la
-
-
-def _train(model, params, loader, likelihood: str, structure: str, a: dict):
-    """The loop of :func:`marglik_training`; ``a`` holds its arguments."""
-    like = get_likelihood(likelihood)
-    T, sigma_init = a["temperature"], a["sigma_noise_init"]
-    regression = likelihood == "regression"
-    learn_sigma = regression and not a["fix_sigma_noise"]
-    sizes = [p.numel() for p in params]
-    # laplace-torch reads len(train_loader.dataset); any iterable of batches works here
-    N = (
-        len(loader.dataset)
-        if hasattr(loader, "dataset")
-        else sum(len(b[1]) for b in loader)
-    )
-    dev, dtype = params[0].device, params[0].dtype
-    optimizer = a["optimizer_cls"](model.parameters(), **a["optimizer_kwargs"])
-    scheduler = a["scheduler_cls"] and a["scheduler_cls"](
-        optimizer, **(a["scheduler_kwargs"] or {})
-    )
-    # laplace-torch starts δ at T·prior_prec_init
-    n_prior = {"scalar": 1, "layerwise": len(sizes), "diag": sum(sizes)}
-    log_prior = torch.full(
-        (n_prior[a["prior_structure"]],),
-        math.log(T * a["prior_prec_init"]),
-        device=dev,
-        dtype=dtype,
-    ).requires_grad_(True)
-    log_sigma = torch.full((1,), math.log(sigma_init), device=dev, dtype=dtype)
-    log_sigma.requires_grad_(learn_sigma)
-    hyper = torch.optim.Adam([log_prior, log_sigma][: 1 + learn_sigma], a["lr_hyp"])
-    fixed_sigma = sigma_init if regression else 1.0
-
-    margliks: list[float] = []
-    losses: list[float] = []
-    best = (math.inf, None, None, None)  # −evidence, weights, δ, σ
-    epochs = range(1, a["n_epochs"] + 1)
-    if a["progress_bar"]:
-        from tqdm.auto import tqdm
-
-        epochs = tqdm(epochs, desc="marglik_training")
-    for epoch in epochs:
-        epoch_loss = 0.0
-        # δ and σ move only in the hyperparameter steps after an epoch
-        s = log_sigma.detach().exp() if learn_sigma else fixed_sigma
-        factor = T / (2 * s**2) if regression else T
-        delta = prior_precision_diag(log_prior.detach().exp(), sizes)
-        for X, y in loader:
-            X, y = X.to(dev), y.to(dev)
-            optimizer.zero_grad()
-            theta = nn.utils.parameters_to_vector(params)
-            prior_term = (0.5 * (delta * theta) @ theta) / N / factor
-            loss = like.mean_loss(model(X), y) + prior_term
-            loss.backward()
-            optimizer.step()
-            epoch_loss += loss.item() * len(y)
-            if scheduler is not None:
-                scheduler.step()
-        losses.append(epoch_loss / N)
-        if epoch % a["marglik_frequency"] != 0 or epoch < a["n_epochs_burnin"]:
-            continue
-        la = _fit(model, loader, likelihood, structure, T, s, log_prior.detach().exp())
-        for _ in range(a["n_hypersteps"]):
-            hyper.zero_grad()
-            prior, s = log_prior.exp(), log_sigma.exp() if learn_sigma else None
-            neg = -la.log_marginal_likelihood(prior, s)
-            neg.backward()
-            hyper.step()
-            margliks.append(neg.item())
-        if margliks[-1] < best[0]:  # δ and σ as they were for that evidence
-            s = s.detach() if learn_sigma else fixed_sigma
-            best = (margliks[-1], copy.deepcopy(model.state_dict()), prior.detach(), s)
-    if best[1] is not None:
-        model.load_state_dict(best[1])
-        prior, s = best[2], best[3]
-    else:  # no evidence step (burn-in ≥ n_epochs): the last values
-        prior = log_prior.detach().exp()
-        s = log_sigma.detach().exp() if learn_sigma else fixed_sigma
-    la = _fit(model, loader, likelihood, structure, T, s, prior)
-    return la, model, margliks, losses

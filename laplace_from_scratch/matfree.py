@@ -21,13 +21,13 @@ from torch import Tensor
 from torch.func import jvp, vjp, vmap
 
 from .checks import check_count
-from .curvature import FunctionalBuilder
-from .dense import check_bytes
+from .curvature import FunctionalBuilder, resume
 from .devices import rademacher, randn
 from .functional import Functional
 from .likelihoods import Likelihood
+from .memory_limit import check_bytes
 from .operators import Operator, per_row
-from .posterior import prior_precision_diag
+from .posterior import PerPrior, log_det_with_gradients, prior_precision_diag
 
 MatVec = Callable[[Tensor], Tensor]
 
@@ -69,13 +69,11 @@ def posterior_precision_matvec(
     X: Tensor,
     likelihood: Likelihood,
     prior_precision: Tensor,
-    factor: float | Tensor = 1.0,
+    c: float | Tensor = 1.0,
 ) -> MatfreeMatrix:
-    """Σ⁻¹ = factor·G + diag(p₀) of the data X (p₀ scalar or (P,)), as a
+    """Σ⁻¹ = c·G + diag(p₀) of the data X (p₀ scalar or (P,)), as a
     :class:`MatfreeMatrix`: a function v ↦ Σ⁻¹ v."""
-    return MatfreeMatrix(
-        GGNOperator(f, theta, likelihood, [X]), prior_precision, factor
-    )
+    return MatfreeMatrix(GGNOperator(f, theta, likelihood, [X]), prior_precision, c)
 
 
 def conjugate_gradient(
@@ -237,7 +235,7 @@ def sample_matrix_free(
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
 
-def functional_variance_cg(
+def jacobian_sandwich_cg(
     matvec: MatVec, J: Tensor, tol: float = 1e-10, max_iter: int | None = None
 ) -> Tensor:
     """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
@@ -248,21 +246,6 @@ def functional_variance_cg(
 
 
 # ----- matrix-free Laplace as a posterior structure -----------------------------
-
-
-class _StochasticLogDet(torch.autograd.Function):
-    """log det Σ⁻¹ with the gradients of the Hutchinson estimate: ∂/∂p₀ = diag(Σ),
-    ∂/∂c = tr(Σ H)."""
-
-    @staticmethod
-    def forward(ctx, prior_diag, factor, value, grad_prior, grad_factor):
-        ctx.save_for_backward(grad_prior, grad_factor)
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        grad_prior, grad_factor = ctx.saved_tensors
-        return g * grad_prior, g * grad_factor, None, None, None
 
 
 class GGNOperator(Operator):
@@ -294,18 +277,18 @@ class MatfreeMatrix(Operator):
         self,
         G: GGNOperator,
         prior: Tensor,
-        factor: float | Tensor,
+        c: float | Tensor,
         inverse: bool = False,
         cg_tol: float = 1e-6,
         cg_max_iter: int | None = None,
     ):
-        self.G, self.prior, self.factor, self.inverse = G, prior, factor, inverse
+        self.G, self.prior, self.c, self.inverse = G, prior, c, inverse
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.like, self.shape = G.like, G.shape
 
     def precision_product(self, v: Tensor) -> Tensor:
         """Σ⁻¹ v, whether this is Σ⁻¹ or Σ."""
-        return self.factor * (self.G @ v) + per_row(self.prior, v) * v
+        return self.c * (self.G @ v) + per_row(self.prior, v) * v
 
     def __matmul__(self, v: Tensor) -> Tensor:
         if not self.inverse:
@@ -346,15 +329,18 @@ class MatfreeGGN(FunctionalBuilder):
     def finish(self) -> MatfreePosterior:
         return MatfreePosterior(self.operator(), self.param_sizes, **self.options)
 
+    def resumed(self) -> MatfreeGGN:
+        return resume(self, "batches")
+
 
 class MatfreePosterior:
-    """The :class:`~laplace_from_scratch.posterior.Posterior` protocol by products:
-    ``log_det`` by SLQ (``n_probes`` probes, ``lanczos_steps`` steps; standard error in
-    ``log_det_se``), differentiable through the Hutchinson estimate of diag Σ from the
-    same probes (∂/∂p₀ = diag Σ, ∂/∂c = (P − Σᵢ p₀ᵢ Σᵢᵢ)/c), which is also
-    ``variance``; ``functional_variance`` by CG to ``cg_tol``; ``sample`` by Lanczos
-    with ``sample_steps`` steps. The probes come from a generator seeded with ``seed``
-    at every call. Memory is O(P·lanczos_steps)."""
+    """The ``posterior.Posterior`` protocol by products: ``log_det`` by SLQ
+    (``n_probes`` probes, ``lanczos_steps`` steps; standard error in ``log_det_se``),
+    differentiable through the Hutchinson estimate of diag Σ from the same probes
+    (``posterior.log_det_with_gradients``), which is also ``variance``;
+    ``functional_variance`` by CG to ``cg_tol``; ``sample`` by Lanczos with
+    ``sample_steps`` steps. The probes come from a generator seeded with ``seed`` at
+    every call. Memory is O(P·lanczos_steps)."""
 
     def __init__(
         self,
@@ -373,50 +359,49 @@ class MatfreePosterior:
         self.sample_steps, self.seed = sample_steps, seed
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.log_det_se: Tensor | None = None
-        self._slq: tuple[Tensor, tuple[Tensor, Tensor, Tensor]] | None = None
+        self.cache = PerPrior()  # the SLQ estimate of the last (p₀, c)
 
     def _prior_diag(self, prior: Tensor) -> Tensor:
         return prior_precision_diag(prior, self.param_sizes).to(self.H.theta.dtype)
 
-    def _estimate(self, prior: Tensor, factor: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        with torch.no_grad():
-            key = torch.cat([self._prior_diag(prior).flatten(), factor.reshape(1)])
-            if self._slq is None or not torch.equal(self._slq[0], key):
-                g = torch.Generator().manual_seed(self.seed)
-                prec = self.precision(prior, factor)
-                args = self.H.theta, self.n_probes, self.lanczos_steps, g
-                est = slq_log_det_and_inverse_diagonal(prec, *args)
-                self._slq = (key.clone(), est)
-        return self._slq[1]
+    def _estimate(self, prior: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(log det Σ⁻¹, its standard error, diag Σ) by SLQ."""
+        g = torch.Generator().manual_seed(self.seed)
+        args = self.H.theta, self.n_probes, self.lanczos_steps, g
+        estimate = lambda: slq_log_det_and_inverse_diagonal(
+            self.precision(prior, c), *args
+        )
+        return self.cache(self._prior_diag(prior).detach(), c, estimate)
 
-    def log_det(self, prior: Tensor, factor: Tensor) -> Tensor:
-        value, se, diag_inv = self._estimate(prior, factor)
-        self.log_det_se = se
-        p0 = self._prior_diag(prior)
-        grad_factor = (self.n_params - (p0.detach() * diag_inv).sum()) / factor.detach()
-        return _StochasticLogDet.apply(p0, factor, value, diag_inv, grad_factor)
+    def log_det(self, prior: Tensor, c: Tensor) -> Tensor:
+        value, self.log_det_se, variance = self._estimate(prior, c)
+        return log_det_with_gradients(
+            value, self._prior_diag(prior), c, lambda: variance
+        )
 
-    def variance(self, prior: Tensor, factor: Tensor) -> Tensor:
-        return self._estimate(prior, factor)[2]
+    def variance(self, prior: Tensor, c: Tensor) -> Tensor:
+        return self._estimate(prior, c)[2]
 
-    def functional_variance(self, J: Tensor, prior: Tensor, factor: Tensor) -> Tensor:
-        prec = self.precision(prior, factor)
-        return functional_variance_cg(prec, J, self.cg_tol, self.cg_max_iter)
+    def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
+        prec = self.precision(prior, c)
+        return jacobian_sandwich_cg(prec, J, self.cg_tol, self.cg_max_iter)
 
     def sample(
-        self, n_samples: int, prior: Tensor, factor: Tensor, generator=None
+        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
     ) -> Tensor:
         zero = torch.zeros_like(self.H.theta)
-        prec = self.precision(prior, factor)
+        prec = self.precision(prior, c)
         return sample_matrix_free(prec, zero, n_samples, self.sample_steps, generator)
 
-    def precision(
-        self, prior: Tensor, factor: Tensor, inverse: bool = False
-    ) -> MatfreeMatrix:
-        """Σ⁻¹ by products (Σ by CG with ``inverse``), at p₀ and c detached: the
-        evidence's gradients come from :meth:`log_det`'s own estimate."""
-        p0, c = self._prior_diag(prior).detach(), factor.detach()
+    def _matrix(self, prior: Tensor, c: Tensor, inverse: bool) -> MatfreeMatrix:
+        """Σ⁻¹ (or Σ, by CG) at p₀ and c detached: the evidence's gradients come from
+        :meth:`log_det`'s own estimate."""
+        p0 = self._prior_diag(prior).detach()
+        c = torch.as_tensor(c, device=p0.device).detach()
         return MatfreeMatrix(self.H, p0, c, inverse, self.cg_tol, self.cg_max_iter)
 
-    def covariance(self, prior: Tensor, factor: Tensor) -> MatfreeMatrix:
-        return self.precision(prior, factor, inverse=True)
+    def precision(self, prior: Tensor, c: Tensor) -> MatfreeMatrix:
+        return self._matrix(prior, c, inverse=False)
+
+    def covariance(self, prior: Tensor, c: Tensor) -> MatfreeMatrix:
+        return self._matrix(prior, c, inverse=True)

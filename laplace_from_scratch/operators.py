@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from .dense import check_bytes, default_block, dense_bytes
+from .memory_limit import check_bytes, dense_bytes
+from .posterior import default_block
 
 
 def per_row(x: Tensor, v: Tensor) -> Tensor:

@@ -21,19 +21,19 @@ from .jacobians import jacobian
 from .posterior import cholesky
 
 
-def functional_variance(J: Tensor, Sigma: Tensor) -> Tensor:
-    """J Σ Jᵀ per input. J: (N, K, P), Σ: (P, P) → (N, K, K)."""
+def jacobian_sandwich(J: Tensor, Sigma: Tensor) -> Tensor:
+    """f_var = J Σ Jᵀ per input from a dense Σ. J: (N, K, P), Σ: (P, P) → (N, K, K)."""
     return torch.einsum("nkp,pq,nlq->nkl", J, Sigma, J)
 
 
-def glm_predictive(
+def linearized_predictive(
     f: Functional, theta: Tensor, X: Tensor, Sigma: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Closed-form linearised predictive: f_mu = f(X; θ*) (N, K), f_var = J Σ Jᵀ (N, K,
     K)."""
     with torch.no_grad():
         f_mu = f(theta, X)
-    return f_mu, functional_variance(jacobian(f, theta, X), Sigma)
+    return f_mu, jacobian_sandwich(jacobian(f, theta, X), Sigma)
 
 
 def linearized_samples(

@@ -1,67 +1,126 @@
-"""Which curvature builder makes which posterior: the one place that maps a
-``hessian_structure`` name to code, so that ``Laplace`` never branches on it. Every
-builder has ``update(X) -> f(X)`` per batch and ``finish() -> Posterior``.
+"""One table entry per ``hessian_structure``: its builder, its options (each with its
+check), the prior precisions it can express and the fields a ``state_dict`` saves.
+``Laplace``, ``saving.py`` and the tests read :data:`STRUCTURES`; none of them branches
+on a structure's name.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from .curvature import DiagJacobianGGN, FullGGN
-from .diag import DiagGGN
-from .kron import KFAC
+from .checks import check_choice, check_count, check_positive
+from .curvature import Builder
+from .diag import DiagGGN, DiagJacobianGGN, DiagPosterior
+from .full import ROUTES, FullGGN, full_posterior
+from .kron import KFAC, KronBlock, KronPosterior
 from .layers import supported_layers
 from .likelihoods import Likelihood
-from .lowrank import LowRankGGN
-from .matfree import MatfreeGGN, MatfreePosterior
-from .posterior import PRIOR_KINDS
+from .lowrank import LowRankGGN, LowRankPosterior
+from .matfree import MatfreeGGN
+from .posterior import PRIOR_KINDS, Posterior
 from .weights import Weights
 
+Check = Callable[[str, object], None]  # check(name, value) raises on a bad value
 
-def _diag(w: Weights, lik: Likelihood, sizes: list[int]):
+
+def _choice(*choices: str) -> Check:
+    return lambda name, value: check_choice(name, value, choices)
+
+
+def _count(minimum: int = 1, optional: bool = False) -> Check:
+    def check(name: str, value) -> None:
+        if not (optional and value is None):
+            check_count(name, value, minimum)
+
+    return check
+
+
+def _flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Everything the module knows about one structure."""
+
+    # (weights, likelihood, param_sizes, **options) → its ``curvature.Builder``
+    build: Callable[..., Builder]
+    options: dict[str, Check] = field(default_factory=dict)  # keyword → its check
+    priors: tuple[str, ...] = PRIOR_KINDS  # the kinds of prior precision it can express
+    saved: tuple[str, ...] = ()  # the posterior's attributes that a state_dict holds
+    load: Callable[..., Posterior] | None = (
+        None  # the posterior from them; None: unsaved
+    )
+    layerwise: bool = False  # its posterior has layer_blocks (``layer_predictive.py``)
+
+
+def _diag(w: Weights, lik: Likelihood, sizes: list[int]) -> Builder:
     # the layer-wise route for Linear/Conv2d networks; per-example Jacobians otherwise
     if supported_layers(w.module) is not None:
         return DiagGGN(w.module, lik)
-    return DiagJacobianGGN(w.f_in, w.theta, lik, sizes)
+    return DiagJacobianGGN(w.f_module, w.theta, lik, sizes)
 
 
-BUILDERS: dict[str, Callable] = {
-    "full": lambda w, lik, sizes, **o: FullGGN(w.f_in, w.theta, lik, sizes, **o),
-    "diag": _diag,
-    "kron": lambda w, lik, sizes: KFAC(w.module, lik),
-    "lowrank": lambda w, lik, sizes, **o: LowRankGGN(w.f_in, w.theta, lik, sizes, **o),
-    "matfree": lambda w, lik, sizes, **o: MatfreeGGN(w.f_in, w.theta, lik, sizes, **o),
+def _functional(builder: type) -> Callable[..., Builder]:
+    """A builder that sees f(θ, x) only (full, low-rank, matrix-free)."""
+    return lambda w, lik, sizes, **o: builder(w.f_module, w.theta, lik, sizes, **o)
+
+
+STRUCTURES: dict[str, Structure] = {
+    "full": Structure(
+        _functional(FullGGN),
+        dict(evidence_route=_choice(*ROUTES), one_buffer=_flag, in_place=_flag),
+        saved=("H", "param_sizes", "Jw", "route", "one_buffer", "in_place"),
+        load=full_posterior,
+    ),
+    "diag": Structure(
+        _diag, saved=("H", "param_sizes"), load=DiagPosterior, layerwise=True
+    ),
+    # KFAC's eigendecompositions take one prior value per block at most
+    "kron": Structure(
+        lambda w, lik, sizes: KFAC(w.module, lik),
+        priors=PRIOR_KINDS[:2],
+        saved=("B", "A"),
+        load=lambda B, A: KronPosterior(
+            [KronBlock(b, a) for b, a in zip(B, A, strict=True)]
+        ),
+        layerwise=True,
+    ),
+    "lowrank": Structure(
+        _functional(LowRankGGN),
+        dict(rank=_count(), n_iter=_count(optional=True)),
+        saved=("V", "eigvals", "param_sizes"),
+        load=LowRankPosterior,
+    ),
+    # the matrix-free structure keeps the training batches, not a curvature: unsaved
+    "matfree": Structure(
+        _functional(MatfreeGGN),
+        dict(
+            n_probes=_count(2),
+            lanczos_steps=_count(),
+            cg_tol=check_positive,
+            cg_max_iter=_count(optional=True),
+            sample_steps=_count(),
+            seed=_count(0),
+        ),
+    ),
 }
-STRUCTURES = tuple(BUILDERS)
-
-
-def _keywords(cls) -> tuple[str, ...]:
-    """The options of a builder class: its constructor's arguments with a default."""
-    params = inspect.signature(cls.__init__).parameters.values()
-    return tuple(p.name for p in params if p.default is not inspect.Parameter.empty)
-
-
-# the keyword options each structure takes (Laplace(..., **options))
-OPTIONS = {s: () for s in STRUCTURES} | {
-    "full": _keywords(FullGGN),
-    "lowrank": _keywords(LowRankGGN),
-    "matfree": _keywords(MatfreePosterior),
-}
-# the prior precisions each structure can express (``posterior.prior_kind``): KFAC's
-# eigendecompositions take one value per block at most
-PRIORS = {s: PRIOR_KINDS[:2] if s == "kron" else PRIOR_KINDS for s in STRUCTURES}
 
 
 def check_options(structure: str, options: dict) -> None:
-    """Refuse an option the structure does not take (instead of ignoring it)."""
-    unknown = sorted(set(options) - set(OPTIONS[structure]))
+    """Refuse an option the structure does not take (instead of ignoring it), and an
+    invalid value of one it takes, before any data is seen."""
+    takes = STRUCTURES[structure].options
+    unknown = sorted(set(options) - set(takes))
     if unknown:
-        takes = ", ".join(OPTIONS[structure]) or "none"
         raise TypeError(
             f"hessian_structure={structure!r} takes no option {', '.join(unknown)} "
-            f"(its options: {takes})"
+            f"(its options: {', '.join(takes) or 'none'})"
         )
+    for name, value in options.items():
+        takes[name](name, value)
 
 
 def check_combination(subset_of_weights: str, structure: str) -> None:
@@ -72,16 +131,3 @@ def check_combination(subset_of_weights: str, structure: str) -> None:
             "subset_of_weights='subnetwork' supports hessian_structure='full' (as "
             "laplace-torch)"
         )
-
-
-def make_builder(
-    structure: str,
-    weights: Weights,
-    likelihood: Likelihood,
-    sizes: list[int],
-    **options,
-):
-    """The builder for ``structure`` over ``weights`` (``weights.module`` is None where
-    only f(θ, x) exists: a subnetwork, which :func:`check_combination` allows with
-    ``"full"`` only)."""
-    return BUILDERS[structure](weights, likelihood, sizes, **options)

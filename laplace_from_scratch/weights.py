@@ -27,15 +27,17 @@ from .functional import (
 @dataclass
 class Weights:
     """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the
-    parameter tensor sizes, and what the curvature builders see: ``module`` on inputs
-    ``features(x)`` (None where only f exists), with functional form ``f_in``."""
+    parameter tensor sizes, and what the curvature builders see: ``module`` (None
+    where only f exists) on inputs ``features(x)`` (the last layer's inputs; None:
+    x itself), and ``f_module``, f of ``module`` on those inputs (f itself unless
+    only the last layer is chosen)."""
 
     f: Functional
     theta: Tensor
     sizes: list[int]
     module: nn.Module | None
     features: LastLayerFeatures | None
-    f_in: Functional
+    f_module: Functional
     write: Callable[[Tensor], None]  # copies a θ (P,) into the model's chosen weights
 
 

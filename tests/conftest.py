@@ -14,6 +14,11 @@ def mlp(d_in: int, d_out: int, width: int = 8, depth: int = 2, dtype=torch.float
     return helpers.mlp(d_in, d_out, width=width, depth=depth, seed=None, dtype=dtype)
 
 
+def kron_block_matrix(block) -> torch.Tensor:
+    """A KFAC block (``kron.KronBlock``) as a dense matrix: B ⊗ A, or B alone for a bias."""
+    return block.B if block.A is None else torch.kron(block.B, block.A)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--device",

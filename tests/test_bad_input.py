@@ -337,13 +337,13 @@ def test_a_model_laplace_torch_has_fitted_with_backpack(clf, structure):
     ],
 )
 def test_every_structure_checks_memory_before_allocating(monkeypatch, structure, match):
-    from laplace_from_scratch import dense
+    from laplace_from_scratch import memory_limit
 
     X, y = torch.randn(20, 2, dtype=D), torch.randn(20, 1, dtype=D)
     la = lfs.Laplace(mlp(2, 1, width=30), "regression", hessian_structure=structure)
     la.fit(loader(X, y))
     before, ev = state(la), la.log_marginal_likelihood()
-    monkeypatch.setattr(dense, "available_bytes", lambda device: 1000)
+    monkeypatch.setattr(memory_limit, "available_bytes", lambda device: 1000)
     with pytest.raises(MemoryError, match=match) as err:
         la.fit(loader(X, y))  # a re-fit: the first fit's posterior must survive
     assert "GiB are available on cpu" in str(err.value)
@@ -353,12 +353,12 @@ def test_every_structure_checks_memory_before_allocating(monkeypatch, structure,
 
 
 def test_matrix_free_checks_its_lanczos_bases(monkeypatch):
-    from laplace_from_scratch import dense
+    from laplace_from_scratch import memory_limit
 
     X, y = torch.randn(20, 2, dtype=D), torch.randn(20, 1, dtype=D)
     la = lfs.Laplace(mlp(2, 1, width=30), "regression", hessian_structure="matfree")
     la.fit(loader(X, y))
-    monkeypatch.setattr(dense, "available_bytes", lambda device: 1000)
+    monkeypatch.setattr(memory_limit, "available_bytes", lambda device: 1000)
     with pytest.raises(MemoryError, match=r"Lanczos with \d+ steps needs a 1051×"):
         la.log_marginal_likelihood()
     with pytest.raises(MemoryError, match=r"Lanczos with \d+ steps needs a 1051×"):
@@ -403,4 +403,77 @@ def test_an_option_a_structure_does_not_take_is_refused():
     la.fit(DataLoader(TensorDataset(X, X), batch_size=10))
     assert la.structure.route == "cholesky"
     with pytest.raises(ValueError, match="evidence_route must be one of"):
-        la.structure.route = "fast"
+        lfs.Laplace(model, "regression", evidence_route="fast")  # refused when made, not at fit
+
+
+@pytest.mark.parametrize(
+    "structure, option, match",
+    [
+        ("full", dict(evidence_route="fast"), "evidence_route must be one of"),
+        ("full", dict(one_buffer="yes"), "one_buffer must be True or False"),
+        ("lowrank", dict(rank=0), "rank must be a positive integer"),
+        ("lowrank", dict(n_iter=2.5), "n_iter must be a positive integer"),
+        ("matfree", dict(n_probes=1), "n_probes must be at least 2"),
+        ("matfree", dict(cg_tol=-1.0), "cg_tol must be a positive finite number"),
+    ],
+)
+def test_an_invalid_option_is_refused_before_any_data_pass(structure, option, match):
+    """An option's value is checked when the Laplace is made, before a loader is touched."""
+
+    def no_data():
+        raise AssertionError("the data was read")
+        yield
+
+    with pytest.raises(ValueError, match=match):
+        lfs.Laplace(mlp(1, 1), "regression", hessian_structure=structure, **option).fit(no_data())
+
+
+def _dense_H(la):
+    H = la.H
+    return H.to_matrix() if hasattr(H, "to_matrix") else H
+
+
+@pytest.mark.parametrize(
+    "structure, make",
+    [
+        ("full", lambda: mlp(2, 1, width=5)),
+        ("full", lambda: mlp(2, 1, width=2)),  # N·K > P: no whitened Jacobians kept
+        ("diag", lambda: mlp(2, 1, width=5)),  # the layer-wise builder
+        ("diag", lambda: nn.Sequential(nn.Linear(2, 5), nn.LayerNorm(5), nn.Linear(5, 1)).double()),
+        ("kron", lambda: mlp(2, 1, width=5)),
+        ("matfree", lambda: mlp(2, 1, width=5)),
+    ],
+)
+def test_a_failed_continued_fit_leaves_the_laplace_as_it_was(structure, make):
+    """fit(override=False) adds to the running sums; when it fails halfway, the posterior, its
+    curvature, the loss and the sums of the next continued fit are as before it."""
+    g = torch.Generator().manual_seed(4)
+    X, y = torch.randn(40, 2, generator=g, dtype=D), torch.randn(40, 1, generator=g, dtype=D)
+    model = make()
+    la = lfs.Laplace(model, "regression", hessian_structure=structure, sigma_noise=0.5)
+    la.fit(loader(X[:20], y[:20]))
+    before, H, ev = state(la), _dense_H(la).clone(), la.log_marginal_likelihood()
+
+    def fails_halfway():
+        yield X[20:30], y[20:30]
+        raise RuntimeError("the loader broke")
+
+    with pytest.raises(RuntimeError, match="the loader broke"):
+        la.fit(fails_halfway(), override=False)
+    assert same(state(la), before) and torch.equal(_dense_H(la), H)
+    assert torch.equal(la.log_marginal_likelihood(), ev)
+    la.fit(loader(X[20:], y[20:]), override=False)  # continues from the sums before the failure
+    once = lfs.Laplace(model, "regression", hessian_structure=structure, sigma_noise=0.5)
+    once.fit(loader(X, y, bs=20))
+    assert la.n_data == once.n_data == 40
+    torch.testing.assert_close(_dense_H(la), _dense_H(once), rtol=1e-12, atol=1e-12)
+
+
+def test_joint_is_refused_for_class_probabilities(clf):
+    """joint=True has no meaning for class probabilities: an error, not silently dropped; the joint
+    Gaussian over the logits is glm_predictive's."""
+    la, X, _ = clf
+    with pytest.raises(ValueError, match="joint=True is the joint Gaussian of regression outputs"):
+        la(X[:3], joint=True)
+    f_mu, f_var = la.glm_predictive(X[:3], joint=True)
+    assert f_mu.shape == (9,) and f_var.shape == (9, 9)

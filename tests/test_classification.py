@@ -19,7 +19,7 @@ from laplace_from_scratch import (
     Categorical,
     Laplace,
     ggn,
-    glm_predictive,
+    linearized_predictive,
     make_functional,
     mc_sigmoid,
     mc_softmax,
@@ -123,7 +123,7 @@ def test_binary_probit_and_mc_against_quadrature_and_each_other():
     la = Laplace(model, "binary_classification", prior_precision=1.0)
     la.fit(_loader(X, y))
     Xq = torch.cat([X[:20], 4 * torch.randn(20, 2, dtype=D)])  # on the data and far from it
-    f_mu, f_var = glm_predictive(la.weights.f, la.mean, Xq, la.posterior_covariance)
+    f_mu, f_var = linearized_predictive(la.weights.f, la.mean, Xq, la.posterior_covariance)
     exact = _gauss_hermite_sigmoid(f_mu[:, 0], f_var[:, 0, 0])
     S = 100_000
     mc = la(Xq, link_approx="mc", n_samples=S, generator=torch.Generator().manual_seed(0))[:, 1]

@@ -1,6 +1,6 @@
 """Conformance of every posterior structure to the ``Posterior`` protocol (curvlinops' style).
 
-One parametrisation over ``structures.STRUCTURES`` × likelihood × every prior kind in ``PRIORS[s]``
+One parametrisation over ``structures.STRUCTURES`` × likelihood × every prior kind in ``STRUCTURES[s].priors``
 × data size (N·K < P and N·K > P: the full structure's evidence takes the eigen/dual route for a
 scalar prior in the first, Cholesky in the second). For each case every protocol method,
 called as ``method(prior, factor)`` on ``la.structure`` after ``Laplace.fit``, is compared with
@@ -37,7 +37,7 @@ from torch.func import functional_call, jacrev
 from torch.utils.data import DataLoader, TensorDataset
 
 from laplace_from_scratch import Laplace
-from laplace_from_scratch.structures import PRIORS, STRUCTURES
+from laplace_from_scratch.structures import STRUCTURES
 
 D = torch.float64
 
@@ -194,7 +194,7 @@ def _hutchinson_sd(M: torch.Tensor, n: int) -> torch.Tensor:
 def _cases():
     for s in STRUCTURES:
         for lik in LIKELIHOODS:
-            for kind in PRIORS[s]:
+            for kind in STRUCTURES[s].priors:
                 for size in SIZES:
                     yield pytest.param((s, lik, kind, size), id=f"{s}-{lik}-{kind}-{size}")
 
@@ -204,10 +204,10 @@ CASES = list(_cases())
 # general prior with N·K > P
 MATFREE_SAMPLE_CASES = (
     (
-        ("regression", PRIORS["matfree"][0], "NK<P"),
-        ("classification", PRIORS["matfree"][-1], "NK>P"),
+        ("regression", STRUCTURES["matfree"].priors[0], "NK<P"),
+        ("classification", STRUCTURES["matfree"].priors[-1], "NK>P"),
     )
-    if "matfree" in PRIORS
+    if "matfree" in STRUCTURES
     else ()
 )
 

@@ -73,24 +73,22 @@ def exercise(likelihood: str, subset: str, structure: str, model, X: Tensor, y: 
         extra["subnetwork_indices"] = torch.arange(
             0, sum(p.numel() for p in model.parameters()), 2, device=X.device
         )
-    la = lfs.Laplace(
-        model,
-        likelihood,
+    kw = dict(
         subset_of_weights=subset,
         hessian_structure=structure,
         **extra,
         prior_precision=torch.tensor(0.7, device="cpu"),  # a float32 CPU tensor, whatever the model
         **(dict(sigma_noise=0.5) if reg else {}),
     )
+    la = lfs.Laplace(model, likelihood, **kw)
     la.fit(batches)
     out: dict[str, Tensor] = {"evidence": la.log_marginal_likelihood()}
-    out["evidence_at"] = la.log_marginal_likelihood(
-        prior_precision=2.0, **(dict(sigma_noise=0.4) if reg else {})
-    )
+    at = dict(prior_precision=2.0, **(dict(sigma_noise=0.4) if reg else {}))
+    out["evidence_at"] = la.log_marginal_likelihood(**at)
     if structure == "full":
-        la.structure.route = "eigen"
-        out["evidence_eigen"] = la.log_marginal_likelihood()
-        la.structure.route = "auto"
+        eigen = lfs.Laplace(model, likelihood, **kw, evidence_route="eigen")
+        eigen.fit(batches)
+        out["evidence_eigen"] = eigen.log_marginal_likelihood(**at)
         out["covariance"] = la.posterior_covariance
     P_post = la.posterior_precision
     out["precision"] = P_post if isinstance(P_post, Tensor) else P_post.to_matrix()
@@ -154,7 +152,7 @@ def exercise_functions(model, X: Tensor, y: Tensor) -> dict[str, Tensor]:
         matfree.slq_log_det(mv, theta.numel(), 3, 5, generator=gen(), dtype=theta.dtype, device=theta.device)
     )
     out["mf_sample"] = matfree.sample_matrix_free(mv, theta, 2, m=5, generator=gen())
-    out["mf_fvar"] = matfree.functional_variance_cg(mv, J)
+    out["mf_fvar"] = matfree.jacobian_sandwich_cg(mv, J)
     probs = lfs.probit(f_mu, f_var)
     scores = [
         helpers.nll(probs, y[:3]),

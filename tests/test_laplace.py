@@ -209,10 +209,10 @@ def test_prediction_cholesky_is_cached_and_follows_delta_sigma_and_refits():
     Xq = torch.linspace(-5, 15, 7, dtype=torch.float64).unsqueeze(-1)
 
     def fresh():
-        from laplace_from_scratch import functional_variance, jacobian
+        from laplace_from_scratch import jacobian, jacobian_sandwich
 
         Sigma = torch.linalg.inv(la.posterior_precision)
-        return functional_variance(jacobian(la.weights.f, la.mean, Xq), Sigma)
+        return jacobian_sandwich(jacobian(la.weights.f, la.mean, Xq), Sigma)
 
     for change in [
         None,
@@ -223,7 +223,7 @@ def test_prediction_cholesky_is_cached_and_follows_delta_sigma_and_refits():
         if change:
             setattr(la, *change)
         torch.testing.assert_close(la(Xq)[1], fresh(), rtol=1e-8, atol=1e-12)
-    assert la.structure.cached_factor is not None
+    assert la.structure.cache.value is not None
     la.fit(_loader(d.X_train[:40], d.y_train[:40]))  # a refit drops the cache
-    assert la.structure.cached_factor is None
+    assert la.structure.cache.value is None
     torch.testing.assert_close(la(Xq)[1], fresh(), rtol=1e-8, atol=1e-12)

@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from laplace_from_scratch import EigenPosterior
 from laplace_from_scratch.curvature import ggn, whitened_jacobians
+from laplace_from_scratch.full import EigenRoute, FullPosterior
 from laplace_from_scratch.functional import make_functional
 from laplace_from_scratch.helpers import sinusoid, toy_nonlinear, train_map
 from laplace_from_scratch.laplace import Laplace
@@ -24,9 +25,8 @@ def _regression_la(n=80, width=10, route="auto"):
     d = sinusoid(n=n, dtype=D)
     model = mlp(1, 1, width=width)
     train_map(model, d.X_train, d.y_train, "regression", 0.3, 1.0, n_steps=300, lr=1e-2)
-    la = Laplace(model, "regression", sigma_noise=0.3, prior_precision=1.0)
+    la = Laplace(model, "regression", sigma_noise=0.3, prior_precision=1.0, evidence_route=route)
     la.fit(DataLoader(TensorDataset(d.X_train, d.y_train), batch_size=32))
-    la.structure.route = route
     return la
 
 
@@ -72,12 +72,16 @@ def test_eigen_route_equals_cholesky_route_value_gradients_and_optimum():
 
 def test_auto_route_picks_eigen_for_scalar_and_cholesky_for_layerwise():
     la = _regression_la(n=30)  # N·K = 30 ≤ P/4 = 35: the whitened Jacobians are kept for the dual route
-    assert la.structure.uses_eigen(la.prior_precision, la._factor)
+    post = la.structure
+    assert isinstance(post, EigenRoute) and post.Jw is not None
+    assert torch.equal(la.log_det_posterior_precision, post.eigen.log_det(la.prior_precision, la._c))
     la.prior_precision = torch.ones(la.n_param_tensors, dtype=D)
-    assert not la.structure.uses_eigen(la.prior_precision, la._factor)
-    la.structure.route = "eigen"
+    cholesky = FullPosterior.log_det(post, la.prior_precision, la._c)
+    assert torch.equal(la.log_det_posterior_precision, cholesky)
+    strict = _regression_la(n=30, route="eigen")
+    strict.prior_precision = torch.ones(la.n_param_tensors, dtype=D)
     with pytest.raises(ValueError, match="scalar"):
-        la.log_marginal_likelihood()
+        strict.log_marginal_likelihood()
 
 
 @pytest.mark.parametrize("structure", ["scalar", "layerwise"])
@@ -138,18 +142,24 @@ def test_gridsearch_picks_the_best_validation_density_on_its_grid():
         la_c.optimize_hyperparameters()
 
 
-def test_auto_route_takes_cholesky_for_one_evaluation_without_the_dual_and_eigen_once_delta_changes():
-    la = _regression_la(n=200, width=5)  # P = 46 < N·K = 200: no dual, so one evaluation uses Cholesky
+def test_the_route_is_chosen_at_fit_by_its_rule_not_by_the_calls_after_it():
+    """``evidence_route="auto"`` takes the eigen route when the whitened Jacobians were kept (N·K < P)
+    and the Cholesky path otherwise, whatever δ the evidence is asked at later (a search); "eigen"
+    takes it from one eigendecomposition of H there, to the same optimum."""
+    la = _regression_la(n=200, width=5)  # P = 46 < N·K = 200: no dual, so the Cholesky path
     post = la.structure
-    assert post.Jw is None and not post.uses_eigen(la.prior_precision, la._factor)
-    routes, log_det = [], post.log_det
+    assert type(post) is FullPosterior and post.Jw is None
+    keys, factor = [], post.L
 
-    def spy(prior, factor):
-        routes.append(post.uses_eigen(prior, factor))
-        return log_det(prior, factor)
+    def spy(prior, c):
+        keys.append(float(prior.detach()))
+        return factor(prior, c)
 
-    post.log_det = spy
+    post.L = spy
     la.optimize_prior_precision(n_steps=3)
-    # Cholesky at the first δ; once δ changes (a search), one eigendecomposition serves every step
-    assert len(routes) >= 3 and routes[0] is False and all(routes[1:])
-    assert post.eigen_is_cached and post.uses_eigen(la.prior_precision, la._factor)
+    # every step factors Σ⁻¹ at its own δ: one Cholesky per new δ, no eigendecomposition
+    assert len(set(keys)) == 3 and la.structure is post and not hasattr(post, "eigen")
+    eig = _regression_la(n=200, width=5, route="eigen")
+    assert isinstance(eig.structure, EigenRoute) and eig.structure.Jw is None
+    eig.optimize_prior_precision(n_steps=3)
+    torch.testing.assert_close(eig.prior_precision, la.prior_precision, rtol=1e-8, atol=0)

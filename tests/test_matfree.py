@@ -9,8 +9,8 @@ from laplace_from_scratch.helpers import sinusoid, toy_multiclass
 from laplace_from_scratch.jacobians import jacobian
 from laplace_from_scratch.matfree import (
     conjugate_gradient,
-    functional_variance_cg,
     ggn_vector_product,
+    jacobian_sandwich_cg,
     lanczos,
     lanczos_inv_sqrt,
     posterior_precision_matvec,
@@ -84,7 +84,7 @@ def test_matrix_free_laplace_equals_dense_laplace():
     torch.testing.assert_close(mv(v), Pmat @ v)
     J = jacobian(f, theta, d.X_test[::50])
     torch.testing.assert_close(
-        functional_variance_cg(mv, J, tol=1e-12), J @ torch.linalg.inv(Pmat) @ J.mT, rtol=1e-6, atol=1e-12
+        jacobian_sandwich_cg(mv, J, tol=1e-12), J @ torch.linalg.inv(Pmat) @ J.mT, rtol=1e-6, atol=1e-12
     )
     # samples: with a full Krylov space, θ* + P^{-½} ε exactly, for the same draws ε
     s = sample_matrix_free(mv, theta, 3, m=theta.numel(), generator=torch.Generator().manual_seed(0))

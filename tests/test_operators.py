@@ -7,7 +7,7 @@ import torch
 from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
-from laplace_from_scratch import Laplace, dense
+from laplace_from_scratch import Laplace, memory_limit
 from laplace_from_scratch.operators import Operator
 
 D = torch.float64
@@ -71,7 +71,7 @@ class _Dense(Operator):
 
 
 def test_the_base_class_works_in_blocks_of_columns():
-    """P = 300: three blocks of 128 columns (``dense.default_block``); products with 0/1 columns are
+    """P = 300: three blocks of 128 columns (``posterior.default_block``); products with 0/1 columns are
     exact."""
     A = torch.randn(300, 300, dtype=D)
     A = A + A.T
@@ -85,7 +85,7 @@ def test_the_base_class_works_in_blocks_of_columns():
 def test_to_matrix_checks_memory_before_allocating(structure, monkeypatch):
     la = _fitted(structure)
     A, P = la.posterior_precision, la.n_params
-    monkeypatch.setattr(dense, "available_bytes", lambda device: 1024)
+    monkeypatch.setattr(memory_limit, "available_bytes", lambda device: 1024)
     with pytest.raises(MemoryError, match=rf"to_matrix\(\) needs a dense {P}×{P} matrix.*products"):
         A.to_matrix()
     assert (A @ torch.ones(P, dtype=D)).shape == (P,)  # products need no P×P

@@ -1,14 +1,19 @@
-"""Dense P×P algebra at the memory limit: a memory check, a blocked in-place Cholesky,
-diag(Σ) by blocks.
+"""The memory-limit layer of full Laplace: a reader of the taught path (``full.py``) may
+skip this file.
 
 Full Laplace needs the P×P GGN H and a factor of Σ⁻¹ = c·H + diag(p₀).
 ``torch.linalg.cholesky`` returns a new matrix (even with ``out=`` it makes a full
 temporary copy), so on one GPU the buffer count, not the flops, decides how large a
-network full Laplace reaches. Here :func:`check_fits` refuses an allocation that cannot
-fit before making it; :func:`cholesky_` factors in place, block column by block column
-(right-looking: L₁₁ = chol(A₁₁), L₂₁ = A₂₁ L₁₁⁻ᵀ, A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ), with one
-panel, O(P·b), as the only memory beyond A; and :func:`inverse_diagonal` gives diag(Σ)
-from triangular solves against b columns of the identity at a time.
+network full Laplace reaches. Four pieces:
+
+* **free-memory probing**: :func:`available_bytes`, and :func:`check_fits`, which
+  refuses an allocation that cannot fit before it is made (every structure uses it);
+* **the blocked in-place Cholesky** :func:`cholesky_`, block column by block column
+  (right-looking: L₁₁ = chol(A₁₁), L₂₁ = A₂₁ L₁₁⁻ᵀ, A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ), with one
+  panel, O(P·b), as the only memory beyond A;
+* **one buffer** (:class:`InPlaceCholesky`): Σ⁻¹ formed and factored in one P×P buffer
+  beside H, or in H itself;
+* **the route choice** (:func:`layer`): whether ``full.FullPosterior`` takes this layer.
 
 Shapes: P rows and columns, b the block size.
 """
@@ -21,28 +26,13 @@ import warnings
 import torch
 from torch import Tensor
 
-
-def default_block(n: int) -> int:
-    """Block width b = n/64, between 128 and 2048: the panel (n × b) is then 1/64 of the
-    matrix, and the blocks are wide enough for fast matrix products."""
-    return min(2048, max(128, n // 64))
-
+from .posterior import default_block, with_jitter
 
 # the structures that never allocate P×P, named in the error of check_fits
 SMALLER = (
     "hessian_structure='diag', 'kron', 'lowrank' or 'matfree', or "
     "subset_of_weights='last_layer' (or a subnetwork)"
 )
-
-
-class NotPositiveDefinite(ValueError):
-    """The factorisation met a non-positive pivot at row ``row``."""
-
-    def __init__(self, row: int):
-        super().__init__(
-            f"the matrix is not positive definite (pivot {row} is not positive)"
-        )
-        self.row = row
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -62,7 +52,7 @@ def available_bytes(device: torch.device) -> int | None:
         avail = int(info["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         return None
-    try:
+    try:  # (resource is POSIX only)
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
@@ -115,6 +105,16 @@ def check_fits(
     )
 
 
+class NotPositiveDefinite(ValueError):
+    """The factorisation met a non-positive pivot at row ``row``."""
+
+    def __init__(self, row: int):
+        super().__init__(
+            f"the matrix is not positive definite (pivot {row} is not positive)"
+        )
+        self.row = row
+
+
 def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
     """Factor a symmetric positive-definite A (P, P) in place: afterwards its lower
     triangle is L with A = L Lᵀ and its strict upper triangle is zero. Returns A. Raises
@@ -142,53 +142,53 @@ def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
     return A.tril_()
 
 
-def inverse_diagonal(L: Tensor, block_size: int | None = None) -> Tensor:
-    """diag((L Lᵀ)⁻¹) (P,) for lower-triangular L: Σᵢᵢ = Σₖ (L⁻¹)ₖᵢ², by solves against
-    b identity columns."""
-    P = L.shape[0]
-    block_size = default_block(P) if block_size is None else block_size
-    out = L.new_empty(P)
-    for k in range(0, P, block_size):
-        e = min(k + block_size, P)
-        # columns k..e of I; the rows above k of L⁻¹ E are zero, so solve from row k
-        E = L.new_zeros(P - k, e - k).fill_diagonal_(1)
-        X = torch.linalg.solve_triangular(L[k:, k:], E, upper=False)
-        out[k:e] = X.square().sum(0)
-    return out
-
-
-class InPlaceFactor:
-    """The memory-limit layer of ``posterior.FullPosterior``: Σ⁻¹ = c·H + diag(p₀) is
-    formed and factored in place (:func:`cholesky_`) in one P×P buffer, reused for
-    every (p₀, c): a second buffer beside H, or H itself when a second does not fit or
-    with ``one_buffer=True`` (with a warning: H is lost). Jitter by
-    ``posterior.jitters``."""
+class InPlaceCholesky:
+    """One buffer: L with L Lᵀ = Σ⁻¹ = c·H + diag(p₀) formed and factored in place
+    (:func:`cholesky_`) in one P×P buffer, reused for every (p₀, c). At the first
+    factorisation the buffer is a second one beside H, or H itself when a second does
+    not fit or with ``one_buffer=True`` (with a warning: H is then lost). Jitter by the
+    module's one rule (``posterior.with_jitter``)."""
 
     def __init__(self, H: Tensor, one_buffer: bool = False):
-        n = H.shape[0]
-        self.one_buffer = one_buffer or not fits(dense_bytes(n, H.dtype), H.device)
-        if self.one_buffer:
-            warnings.warn(
-                f"one P×P buffer only (P = {n}): the GGN is overwritten by the factor "
-                "of the posterior precision; a later change of δ or σ needs the eigen "
-                "route or a new fit",
-                RuntimeWarning,
-                stacklevel=4,
+        self._H, self.one_buffer = H, one_buffer
+        self.buffer: Tensor | None = None
+        self.overwritten = False  # whether L now sits in H's memory
+
+    @property
+    def H(self) -> Tensor:
+        if self.overwritten:
+            raise RuntimeError(
+                "the GGN was overwritten by its Cholesky factor (one P×P buffer: "
+                "memory was short or one_buffer=True); fit again to get it back, or "
+                "use the eigen route for a scalar prior (evidence_route='eigen')"
             )
-        self.buffer = H if self.one_buffer else torch.empty_like(H)
+        return self._H
 
-    def factor(self, H: Tensor, p0: Tensor, factor: Tensor) -> Tensor:
-        """L with L Lᵀ = c·H + diag(p₀), in the buffer. H (P, P), p₀ (P,) → L (P, P)."""
-        from .posterior import jitters
-
+    def L(self, p0: Tensor, c: Tensor) -> Tensor:
+        """L (P, P) in the buffer, for p₀ (P,) and c."""
+        H = self.H
+        if self.buffer is None:
+            n = H.shape[0]
+            self.buffer = H
+            if not self.one_buffer and fits(dense_bytes(n, H.dtype), H.device):
+                self.buffer = torch.empty_like(H)  # a second buffer beside H
+            else:
+                warnings.warn(
+                    f"one P×P buffer only (P = {n}): the GGN is overwritten by the "
+                    "factor of the posterior precision; a later change of δ or σ needs "
+                    "the eigen route or a new fit",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
         buf = self.buffer
-        diag = factor * H.diagonal() + p0
+        diag = c * H.diagonal() + p0
         if not torch.isfinite(diag).all():
             raise ValueError(
                 "the posterior precision contains NaN or inf "
                 "(check the curvature and δ, σ)"
             )
-        for jitter in jitters(diag.abs().mean()):
+
+        def attempt(jitter: Tensor | float) -> Tensor | None:
             if torch.is_tensor(jitter) and buf is H:
                 raise ValueError(
                     "the posterior precision is not positive definite, and with one "
@@ -197,21 +197,24 @@ class InPlaceFactor:
                 )
             if buf is not H:
                 buf.copy_(H)
-            buf.mul_(factor)
+            buf.mul_(c)
             buf.diagonal().add_(p0 + jitter)
             try:
-                L = cholesky_(buf)
+                return cholesky_(buf)
             except NotPositiveDefinite:
-                continue
-            if torch.is_tensor(jitter):
-                warnings.warn(
-                    "posterior precision not positive definite: added jitter "
-                    f"{float(jitter):.3g}·I to factorise it",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-            return L
-        raise ValueError(
-            "Cholesky failed even with jitter: the posterior precision is far from "
-            "positive definite"
-        )
+                return None
+
+        L = with_jitter(attempt, diag.abs().mean())
+        self.overwritten = buf is H
+        return L
+
+
+def layer(H: Tensor, one_buffer: bool = False, in_place: bool = False):
+    """The route choice, made when a full posterior is built: this layer
+    (:class:`InPlaceCholesky`) with ``in_place`` or ``one_buffer``, or when two more
+    P×P buffers (Σ⁻¹ and L) do not fit on H's device now; None (the taught path's
+    ``torch.linalg.cholesky``) otherwise."""
+    n = H.shape[0]
+    if in_place or one_buffer or not fits(dense_bytes(n, H.dtype, 2), H.device):
+        return InPlaceCholesky(H, one_buffer)
+    return None
