@@ -1,18 +1,10 @@
 """laplace_from_scratch: the Laplace approximation for deep networks, built piece by
-piece.
+piece; one file per idea, in layers (README, Layout), and the notebooks for the story.
 
-One file per idea; see the notebooks for the story. This top level is the Laplace
-approximation only. The notebooks' support code (toy data, models, MAP training,
-metrics, distribution shift, baselines, plotting) lives apart, in
-``laplace_from_scratch.helpers``, and nothing here imports it.
-
-Device policy (``devices.py``): every tensor the module creates lives on the device, and
-has the dtype, of the parameters it approximates or of the input it derives from.
-Hyperparameters given as numbers or as tensors on another device are converted when set;
-random draws accept a CPU generator (drawn there, then moved: the same numbers on every
-device) or one on the model's device; data on another device than the model is an error
-naming both. The helpers' toy data sets are made on the CPU: move them with
-``.to(device)``.
+This top level is the Laplace approximation only. The notebooks' support code (toy
+data, models, MAP training, metrics, distribution shift, baselines, plotting) lives
+apart, in ``laplace_from_scratch.helpers``, and nothing here imports it. Every tensor
+the module creates follows one device policy (``devices.py``).
 """
 
 from .curvature import (

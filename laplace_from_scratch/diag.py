@@ -23,7 +23,6 @@ from torch import Tensor, nn
 
 from .curvature import FunctionalBuilder, ggn_diagonal, resume
 from .devices import randn
-from .functional import Functional
 from .layer_predictive import LayerBlock
 from .layers import backprop_output_hessian_sqrt, supported_layers, unfold
 from .likelihoods import Likelihood
@@ -109,15 +108,9 @@ class DiagJacobianGGN(FunctionalBuilder):
     """diag(G) from per-example Jacobians (``curvature.ggn_diagonal``), for networks
     with parameters outside Linear/Conv2d layers (:class:`DiagGGN` for the others)."""
 
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        param_sizes: list[int],
-    ):
-        super().__init__(f, theta, likelihood, param_sizes)
-        self.d = torch.zeros_like(theta)
+    def __init__(self, *args):  # f, θ*, the likelihood, the parameter sizes
+        super().__init__(*args)
+        self.d = torch.zeros_like(self.theta)
 
     def update(self, X: Tensor) -> Tensor:
         out = self.outputs(X)

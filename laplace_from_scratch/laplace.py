@@ -319,7 +319,7 @@ class Laplace:
     # ----- the posterior: the structure's six methods at the current hyperparameters --
     @property
     def _c(self) -> Tensor:
-        """c = 1/(σ²T), the factor in front of H."""
+        """c = 1/(σ²T), which scales H in Σ⁻¹ = c·H + diag(p₀)."""
         return 1 / (self.sigma_noise**2 * self.temperature)
 
     @property

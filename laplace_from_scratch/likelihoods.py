@@ -8,7 +8,7 @@ the two-class softmax with the first logit pinned at 0 (softmax([0, f])₁ = σ(
 tests compare against laplace-torch 0.3, which has no binary likelihood, that way.
 
 Each likelihood also owns what the rest of the module needs to know about it, so that
-nothing else switches on its name: ``fit_loss`` (the part the factor 1/(σ²T) scales),
+nothing else switches on its name: ``fit_loss`` (the part c = 1/(σ²T) scales),
 ``log_normaliser``, ``mean_loss`` and ``prior_precision_per_weight_decay``, the
 predictive links ``link`` and ``nn_link``, and the validation score ``predictive_nll``.
 
@@ -71,8 +71,8 @@ class Gaussian:
     has_noise = True
 
     def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
-        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (the factor
-        1/(σ²T) of Σ⁻¹ scales it)."""
+        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (c = 1/(σ²T)
+        scales it)."""
         _check_regression(f, y)
         return 0.5 * ((y - f) ** 2).sum()
 

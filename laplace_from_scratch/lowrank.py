@@ -25,8 +25,6 @@ from torch import Tensor
 
 from .checks import check_count
 from .devices import randn
-from .functional import Functional
-from .likelihoods import Likelihood
 from .matfree import MatfreeGGN, MatVec, check_basis_fits, lanczos
 from .operators import Operator, per_row
 from .posterior import prior_precision_diag
@@ -53,20 +51,13 @@ class LowRankGGN(MatfreeGGN):
 
     can_update = False
 
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        param_sizes: list[int],
-        rank: int = 20,
-        n_iter: int | None = None,
-    ):
+    def __init__(self, *args, rank: int = 20, n_iter: int | None = None):
         check_count("rank", rank)
-        super().__init__(f, theta, likelihood, param_sizes)
-        self.rank = min(rank, theta.numel())
-        self.n_iter = n_iter or min(theta.numel(), 2 * self.rank + 20)
-        check_basis_fits(theta.numel(), self.n_iter, theta)  # before any data
+        super().__init__(*args)  # f, θ*, the likelihood, the parameter sizes
+        P = self.theta.numel()
+        self.rank = min(rank, P)
+        self.n_iter = n_iter or min(P, 2 * self.rank + 20)
+        check_basis_fits(P, self.n_iter, self.theta)  # before any data
 
     def finish(self) -> LowRankPosterior:
         v0 = randn((self.theta.numel(),), self.theta, torch.Generator().manual_seed(0))

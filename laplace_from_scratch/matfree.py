@@ -305,17 +305,10 @@ class MatfreeMatrix(Operator):
 
 class MatfreeGGN(FunctionalBuilder):
     """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns
-    a :class:`MatfreePosterior` over them."""
+    a :class:`MatfreePosterior` over them, made with ``options``."""
 
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        param_sizes: list[int],
-        **options,
-    ):
-        super().__init__(f, theta, likelihood, param_sizes)
+    def __init__(self, *args, **options):  # f, θ*, the likelihood, the parameter sizes
+        super().__init__(*args)
         self.options, self.batches = options, []
 
     def update(self, X: Tensor) -> Tensor:
