@@ -109,25 +109,14 @@ def whitened_batches(
     likelihood: Likelihood,
     batch_size: int = 256,
 ) -> Iterator[Tensor]:
-    """The rows Λₙ^½ Jₙ of ``batch_size`` inputs at a time, (batch_size·K, P) each."""
+    """The whitened Jacobians J̃, rows Λₙ^½ Jₙ, of ``batch_size`` inputs at a time,
+    (batch_size·K, P) each: the GGN is J̃ᵀ J̃ (and the dual route's Gram matrix J̃ J̃ᵀ)."""
     for start in range(0, X.shape[0], batch_size):
         Xb = X[start : start + batch_size]
         with torch.no_grad():
             sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
         Jw = torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb))  # (n, K, P)
         yield Jw.reshape(-1, theta.numel())
-
-
-def whitened_jacobians(
-    f: Functional,
-    theta: Tensor,
-    X: Tensor,
-    likelihood: Likelihood,
-    batch_size: int = 256,
-) -> Tensor:
-    """J̃ (N·K, P) with rows Λₙ^½ Jₙ, so that the GGN is J̃ᵀ J̃. The dual (Gram) route
-    uses it."""
-    return torch.cat(list(whitened_batches(f, theta, X, likelihood, batch_size)))
 
 
 def ggn_diagonal(

@@ -6,7 +6,7 @@ from conftest import mlp
 from torch.utils.data import DataLoader, TensorDataset
 
 from laplace_from_scratch import EigenPosterior
-from laplace_from_scratch.curvature import ggn, whitened_jacobians
+from laplace_from_scratch.curvature import ggn, whitened_batches
 from laplace_from_scratch.full import EigenRoute, FullPosterior
 from laplace_from_scratch.functional import make_functional
 from laplace_from_scratch.helpers import sinusoid, toy_nonlinear, train_map
@@ -39,7 +39,7 @@ def test_dual_route_equals_eigh_of_H(likelihood):
         model, lik = mlp(2, 3, width=10), Categorical()
         X = toy_nonlinear(n=30, dtype=D).X
     f, theta = make_functional(model)
-    Jw = whitened_jacobians(f, theta, X, lik)
+    Jw = torch.cat(list(whitened_batches(f, theta, X, lik)))
     H = ggn(f, theta, X, lik)
     assert _rel(Jw.T @ Jw, H) < 1e-10  # Λ^½ by eigh vs Λ itself: round-off only
     dual, full = EigenPosterior.from_jacobians(Jw), EigenPosterior.from_H(H)
