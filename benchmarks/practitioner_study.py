@@ -444,3 +444,66 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ----- reading a record (notebook 09) --------------------------------------------
+SHORT = {"MAP + temperature": "MAP + T", "ensemble (5)": "ensemble"}
+
+
+def label(method: str, rule: str, link: str) -> str:
+    """A predictive's name in the tables: "MAP", "LL KFAC · evidence" (MC link),
+    "LL KFAC · evidence · probit"."""
+    if link == "-":
+        return SHORT.get(method, method)
+    return f"{method} · {rule}" + (" · probit" if link == "probit" else "")
+
+
+def frame(record: dict):
+    """The record's rows as a DataFrame, one row per (network, seed, predictive), with
+    ``name`` (:func:`label`) and ``auroc`` the mean AUROC over the OOD sets."""
+    import pandas as pd
+
+    df = pd.DataFrame(record["rows"])
+    df["name"] = [label(*k) for k in zip(df.method, df.rule, df.link, strict=True)]
+    sets = [
+        c.removeprefix("auroc_")
+        for c in df
+        if c.startswith("auroc_") and "_ci" not in c
+    ]
+    df["auroc"] = df[[f"auroc_{s}" for s in sets]].mean(axis=1)
+    return df
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error over seeds."""
+    v = list(values)
+    m = sum(v) / len(v)
+    var = sum((x - m) ** 2 for x in v) / max(len(v) - 1, 1)
+    return m, (var / len(v)) ** 0.5
+
+
+def summary(
+    df, net: str, names: list[str], cols: list[str], paired: tuple[str, ...] = ()
+):
+    """Mean ± SE over seeds of ``cols`` for the predictives ``names`` of one network,
+    and for each column in ``paired`` the mean ± SE of the per-seed difference from MAP
+    (seed-to-seed variation shared with MAP cancels)."""
+    import pandas as pd
+
+    d = df[df.net == net]
+    base = d[d.name == "MAP"].set_index("seed")
+    out = {}
+    for name in names:
+        r = d[d.name == name].set_index("seed")
+        cells = {}
+        for c in cols:
+            m, se = mean_se(r[c])
+            cells[c] = f"{m:.3f} ± {se:.3f}"
+        for c in paired:
+            if name == "MAP":
+                cells[f"{c} − MAP"] = ""
+                continue
+            m, se = mean_se((r[c] - base[c]).dropna())
+            cells[f"{c} − MAP"] = f"{m:+.3f} ± {se:.3f}"
+        out[name] = cells
+    return pd.DataFrame(out).T
