@@ -107,10 +107,8 @@ def load(size: str = "small") -> Data:
     """The training/validation/test split (fixed: the seed of the study varies the
     networks, not the data) and the four OOD sets."""
     cfg = SIZES[size]
-    d = helpers.image_data(cfg["name"])
-    perm = torch.randperm(len(d.y_train), generator=torch.Generator().manual_seed(0))
-    val, train = perm[: cfg["n_val"]], perm[cfg["n_val"] :]
-    X, side = d.X_train[train], cfg["side"]
+    d = helpers.image_data(cfg["name"], n_val=cfg["n_val"])
+    X, side = d.X_train, cfg["side"]
     ood = {
         "uniform": helpers.noise_images(N_OOD, (1, side, side), seed=1),
         "salt": helpers.noise_images(
@@ -119,9 +117,8 @@ def load(size: str = "small") -> Data:
         "inverted": helpers.invert(d.X_test),
         "photos": photo_patches(N_OOD, side),
     }
-    y = d.y_train[train]
     return Data(
-        X, y, d.X_train[val], d.y_train[val], d.X_test, d.y_test, ood, side, d.n_classes
+        X, d.y_train, d.X_val, d.y_val, d.X_test, d.y_test, ood, side, d.n_classes
     )
 
 

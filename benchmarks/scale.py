@@ -66,6 +66,7 @@ How a piece's time is estimated: :func:`cell_estimate` and ``common.py``.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import shlex
@@ -503,42 +504,145 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(records: list[dict], path: Path | None = None, title: str = ""):
-    """Fit time and peak memory against P, ours (solid) vs laplace-torch's fastest
-    backend (dashed); lines join the sizes of one model family only (MLPs: circles,
-    CNNs: triangles).
+# How the plot and notebook 08 name things
+STRUCTURE_NAMES = {
+    "full": "full",
+    "diag": "diagonal",
+    "kron": "KFAC",
+    "ll-full": "last-layer full",
+    "ll-diag": "last-layer diagonal",
+    "ll-kron": "last-layer KFAC",
+    "matfree": "matrix-free",
+}
 
-    Designed for a page column about 7 inches wide: one legend under both panels, colour
-    = structure, line style = implementation, so that no legend covers the data."""
+
+def architecture(spec: str) -> str:
+    """A model spec without its width: ``mlp:W:D`` → ``mlp:D`` (D hidden layers),
+    ``cnn:C1:C2`` → ``cnn``. Models of one architecture differ only in width;
+    :func:`plot` joins those, no others."""
+    kind, *dims = spec.split(":")
+    return f"mlp:{dims[1]}" if kind == "mlp" else kind
+
+
+@functools.cache
+def _shapes(data: str) -> tuple[int, int, int]:
+    """(input pixels, image side, classes) of a data set of :func:`load_data`."""
+    import torch
+    from laplace_from_scratch import helpers
+
+    d = helpers.image_data(data, dtype=torch.float32)  # 70 % split: every class in it
+    side = d.X_train.shape[-1]
+    return side * side, side, d.n_classes
+
+
+@functools.cache
+def last_layer_size(spec: str, data: str) -> int:
+    """P of the last layer of model ``spec`` on ``data``: the posterior's size for the
+    ``ll-*`` structures (the model is built on the meta device: no memory for its
+    weights)."""
+    import torch
+
+    _, side, n_classes = _shapes(data)
+    stand_in = argparse.Namespace(
+        X_train=torch.empty(0, 1, side, side), n_classes=n_classes
+    )
+    with torch.device("meta"):
+        model = build_model(spec, stand_in, "meta")
+    return posterior_size(model, "ll-full")
+
+
+def posterior_P(row: dict) -> int:
+    """The posterior's parameter count of a record's row: the network's ``P``, or for
+    the ``ll-*`` structures its last layer's."""
+    if row["structure"].startswith("ll-"):
+        return last_layer_size(row["model"], row["data"])
+    return row["P"]
+
+
+def model_label(spec: str, data: str) -> str:
+    """A model as a reader names it: ``mlp:12:1`` on MNIST → "MLP 784-12-10",
+    ``cnn:8:16`` → "CNN 8-16 channels"."""
+    pixels, _, n_classes = _shapes(data)
+    kind, *dims = spec.split(":")
+    if kind == "mlp":
+        width, depth = (int(d) for d in dims)
+        return "MLP " + "-".join(map(str, [pixels, *[width] * depth, n_classes]))
+    return f"CNN {'-'.join(dims)} channels"
+
+
+def arch_label(specs: dict[str, str]) -> str:
+    """The legend's name of one architecture's models (``{spec: data}``): "MLP
+    784-12-10", or over several widths "MLP 784-W-10,⏎W = 12, 50" (⏎: a new line)."""
+    (spec, data), *more = sorted(specs.items(), key=lambda kv: int(kv[0].split(":")[1]))
+    if not more:
+        return model_label(spec, data)
+    kind, _, depth = spec.split(":")
+    widths = ", ".join(s.split(":")[1] for s in [spec, *(m for m, _ in more)])
+    if kind == "cnn":
+        return f"CNN C1-C2 channels,\nC1 = {widths}"
+    pixels, _, n_classes = _shapes(data)
+    return f"MLP {pixels}-{'-'.join(['W'] * int(depth))}-{n_classes},\nW = {widths}"
+
+
+def plot(records: list[dict], path: Path | None = None, title: str = ""):
+    """Fit time and peak memory against the posterior's parameter count P: the
+    network's, and for the last-layer structures the last layer's own.
+
+    Colour = structure, marker = architecture, fill and line style = implementation:
+    ours filled (solid line), laplace-torch's fastest backend that finished open
+    (dashed). A line joins only models of one architecture (:func:`architecture`: the
+    same depth, other widths) in one structure and implementation; points of different
+    architectures are never joined. Each line carries ``gid`` =
+    "structure|implementation|architecture" (implementation "ours" or "ref"). Failed or
+    skipped measurements are not plotted. Designed for a page column about 7 inches
+    wide, shown near 1:1; the legends sit under both panels, covering no data."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    fig, axes = plt.subplots(1, 2, figsize=(8, 4.4), layout="constrained")
+    fig, axd = plt.subplot_mosaic(
+        [["fit", "mem"], ["legend", "legend"]],
+        figsize=(7.2, 6.2),
+        height_ratios=[3.3, 1.4],
+        layout="constrained",
+    )
+    axes = [axd["fit"], axd["mem"]]
     colors = dict(
         zip(STRUCTURES, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False)
     )
-    markers = {"mlp": "o", "cnn": "^"}
-    families = sorted({r["model"].split(":")[0] for r in records})
+    done = [r for r in records if "fit_s" in r]
+    # MLPs by depth (circles, squares, ...), then CNNs (triangles)
+    archs = sorted(
+        {architecture(r["model"]) for r in done}, key=lambda a: (a == "cnn", a)
+    )
+    markers = {a: "^" if a == "cnn" else "osDvP"[(int(a[4:]) - 1) % 5] for a in archs}
     shown = []
-    for s, fam in ((s, fam) for s in STRUCTURES for fam in families):
+    for s, arch in itertools.product(STRUCTURES, archs):
         for impl, ls in (("ours", "-"), ("ref", "--")):
-            pts = {}
-            for r in records:
-                if (
-                    r["structure"] != s
-                    or r["model"].split(":")[0] != fam
-                    or "fit_s" not in r
-                    or (impl == "ours") != (r["impl"] == "ours")
-                ):
+            # posterior P -> its row (of the reference: the fastest backend's)
+            pts: dict[int, dict] = {}
+            for r in done:
+                if (r["structure"], architecture(r["model"])) != (s, arch):
                     continue
-                best = pts.get(r["P"])
-                if best is None or r["fit_s"] < best["fit_s"]:
-                    pts[r["P"]] = r
+                if (impl == "ours") != (r["impl"] == "ours"):
+                    continue
+                P = posterior_P(r)
+                if P not in pts or r["fit_s"] < pts[P]["fit_s"]:
+                    pts[P] = r
             if not pts:
                 continue
             if s not in shown:
                 shown.append(s)
-            style = dict(color=colors[s], ls=ls, marker=markers.get(fam, "s"), ms=5)
+            style = dict(
+                color=colors[s],
+                ls=ls,
+                lw=1.3,
+                marker=markers[arch],
+                ms=7 if impl == "ours" else 9,
+                mfc=colors[s] if impl == "ours" else "none",
+                mew=1.5,
+                gid=f"{s}|{impl}|{arch}",
+            )
             Ps = sorted(pts)
             axes[0].plot(Ps, [pts[p]["fit_s"] for p in Ps], **style)
             mem = [
@@ -550,24 +654,55 @@ def plot(records: list[dict], path: Path | None = None, title: str = ""):
                 axes[1].plot(*zip(*mem, strict=True), **style)
     for ax, ylabel in zip(axes, ("fit time (s)", "peak memory (MiB)"), strict=True):
         ax.set(
-            xscale="log", yscale="log", xlabel="number of parameters P", ylabel=ylabel
+            xscale="log",
+            yscale="log",
+            xlabel="parameters in the posterior, P",
+            ylabel=ylabel,
         )
         ax.grid(alpha=0.3, which="both")
-    handles = [Line2D([], [], color=colors[s], lw=6, label=s) for s in shown]
-    handles += [
-        Line2D([], [], color="k", ls="-", label="ours"),
-        Line2D([], [], color="k", ls="--", label="laplace-torch (fastest backend)"),
+    leg_ax = axd["legend"]
+    leg_ax.axis("off")
+    structures = [Patch(color=colors[s], label=STRUCTURE_NAMES[s]) for s in shown]
+    specs: dict[str, dict[str, str]] = {}  # architecture -> {spec: data}
+    for r in done:
+        specs.setdefault(architecture(r["model"]), {})[r["model"]] = r["data"]
+    models = [
+        Line2D(
+            [],
+            [],
+            color="k",
+            ls="",
+            marker=markers[a],
+            ms=7,
+            label=arch_label(specs[a]),
+        )
+        for a in archs
     ]
-    handles += [
-        Line2D([], [], color="k", ls="", marker=markers.get(f, "s"), label=f.upper())
-        for f in families
+    impls = [
+        Line2D([], [], color="k", ls="-", marker="o", ms=7, label="ours"),
+        Line2D(
+            [],
+            [],
+            color="k",
+            ls="--",
+            marker="o",
+            ms=9,
+            mfc="none",
+            mew=1.5,
+            label="laplace-torch,\nfastest backend",
+        ),
     ]
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncol=min(len(handles), 5),
-        fontsize=9,
-    )
+    kw = dict(fontsize=9, title_fontsize=9, frameon=False, loc="upper left")
+    for handles, title_, xy, ncol in (
+        (structures, "structure (colour)", (0.0, 1.05), 4),
+        (models, "model (marker)", (0.0, 0.52), 1),
+        (impls, "implementation", (0.55, 0.52), 1),
+    ):
+        leg = leg_ax.legend(
+            handles=handles, title=title_, ncol=ncol, bbox_to_anchor=xy, **kw
+        )
+        leg._legend_box.align = "left"  # titles over their entries' left edge
+        leg_ax.add_artist(leg)
     fig.suptitle(title, fontsize=10)
     if path is not None:
         fig.savefig(path, dpi=110)

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from laplace_from_scratch.helpers import sinusoid, toy_linear, toy_multiclass, toy_nonlinear
@@ -79,3 +80,32 @@ def test_cnn_shapes_and_parameter_count():
     assert model(torch.zeros(5, 1, 8, 8)).shape == (5, 10)
     assert sum(p.numel() for p in model.parameters()) == 1898
     assert sum(p.numel() for p in cnn(image_size=28).parameters()) == 9098
+
+
+def test_image_data_validation_split_is_held_out_of_training():
+    from laplace_from_scratch.helpers import image_data
+
+    plain, d = image_data("digits"), image_data("digits", n_val=200)
+    assert len(d.y_val) == 200 and len(d.y_train) == len(plain.y_train) - 200
+    assert len(plain.y_val) == 0 and plain.X_val.shape[1:] == (1, 8, 8)
+    torch.testing.assert_close(d.X_test, plain.X_test, rtol=0, atol=0)
+    # validation and training images are the old training split, each image once
+    images = lambda X: sorted(map(tuple, X.flatten(1).tolist()))  # noqa: E731
+    assert images(torch.cat([d.X_train, d.X_val])) == images(plain.X_train)
+    torch.testing.assert_close(image_data("digits", n_val=200).y_val, d.y_val, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="n_val"):
+        image_data("digits", n_val=2000)
+
+
+def test_cnn_with_a_hidden_layer():
+    from laplace_from_scratch.helpers import cnn
+
+    model = cnn(image_size=28, channels=(16, 32), hidden=128, dropout=0.1)
+    assert model(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
+    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(32 * 7 * 7, 128), (128, 10)]
+    assert sum(isinstance(m, torch.nn.Dropout) for m in model) == 2
+    n_conv = (9 * 16 + 16) + (9 * 16 * 32 + 32)
+    assert sum(p.numel() for p in cnn(image_size=28, channels=(16, 32), hidden=128).parameters()) == (
+        n_conv + 1568 * 128 + 128 + 1290
+    )

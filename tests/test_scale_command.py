@@ -150,3 +150,82 @@ def test_full_memory_pieces_resume(tmp_path):
     assert record["rows"][0]["predict_peak_buffers"] > 0 and "probs" not in record["rows"][0]
     assert record["rows"][1]["error"].startswith("skipped")
     assert [r["rows_added"] for r in record["meta"]["runs"]] == [1, 1]
+
+
+PLOT = """
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+sys.path.insert(0, "benchmarks")
+import scale
+rows = json.loads(sys.stdin.read())
+fig = scale.plot(rows)
+print(json.dumps([[[ln.get_gid(), [int(x) for x in ln.get_xdata()]] for ln in ax.get_lines()]
+                  for ax in fig.axes[:2]]))
+"""
+
+
+def test_plot_never_joins_two_architectures_and_puts_last_layers_at_their_own_P():
+    """The scale figure: no line joins models of two architectures (another depth, a CNN), models
+    of one architecture at other widths are joined, and the last-layer structures sit at the last
+    layer's parameter count, not the network's. Failed cells are not plotted."""
+    from laplace_from_scratch import helpers
+
+    nets = {  # on the 8×8 digits: 64 inputs, 10 classes
+        "mlp:12:1": helpers.mlp(64, 10, width=12, depth=1),
+        "mlp:50:1": helpers.mlp(64, 10, width=50, depth=1),
+        "mlp:30:2": helpers.mlp(64, 10, width=30, depth=2),
+        "cnn:4:8": helpers.cnn(10, image_size=8, channels=(4, 8)),
+    }
+    arch = {"mlp:12:1": "mlp1", "mlp:50:1": "mlp1", "mlp:30:2": "mlp2", "cnn:4:8": "cnn"}
+    size = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    P = {spec: size(net) for spec, net in nets.items()}
+    P_last = {spec: size(net[-1]) for spec, net in nets.items()}
+    assert P_last["mlp:12:1"] == 130 and len(set(P.values()) | set(P_last.values())) == 8
+    rows = [
+        {
+            "model": spec,
+            "data": "digits",
+            "P": P[spec],
+            "structure": s,
+            "impl": impl,
+            "fit_s": 0.1 + k,
+            "peak_bytes": 2**20 * (1 + k),
+        }
+        for k, (spec, s, impl) in enumerate(
+            itertools.product(nets, ("full", "kron", "ll-kron"), ("ours", "backpack", "asdl"))
+        )
+    ]
+    rows.append(
+        {
+            "model": "mlp:12:1",
+            "data": "digits",
+            "P": P["mlp:12:1"],
+            "structure": "diag",
+            "impl": "ours",
+            "error": "out of memory at fit",
+        }
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", PLOT],
+        input=json.dumps(rows),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    panels = json.loads(run.stdout)
+    # every plotted P is one model's: the network's for full and KFAC, the last layer's for ll-kron
+    model_at = {P[m]: m for m in nets} | {P_last[m]: m for m in nets}
+    for lines in panels:
+        assert len(lines) == 3 * 2 * 3  # structures × (ours, laplace-torch) × architectures
+        for gid, xs in lines:
+            structure = gid.split("|")[0]
+            assert structure != "diag", "a failed cell is plotted"
+            own = P_last if structure.startswith("ll-") else P
+            assert set(xs) <= set(own.values()), (gid, xs)
+            assert len({arch[model_at[x]] for x in xs}) == 1, f"{gid} joins two architectures: {xs}"
+        # the one-hidden-layer MLPs at their two widths are joined, per structure and implementation
+        joined = sorted(xs for gid, xs in lines if len(xs) > 1)
+        assert joined == sorted([[P["mlp:12:1"], P["mlp:50:1"]]] * 4 + [[130, P_last["mlp:50:1"]]] * 2)

@@ -14,6 +14,9 @@ output, or a MyST role (``{glue:text}``, ``{cite:p}``, ``{doc}``, ...) that Jupy
 
     python tools/prose.py fill notebooks/01_map_training.ipynb   # write the values into the spans
     python tools/prose.py check notebooks                         # exit 1 on any problem
+
+Both also fill or check the same spans in the README and the landing page (``PAGES``), from the notebooks'
+outputs.
 """
 
 from __future__ import annotations
@@ -107,6 +110,39 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
 
 
 NOTEBOOK_GLOB = "[0-9A][0-9]*_*.ipynb"
+# Markdown pages outside the notebooks that quote a notebook's glued values in the same spans (keys are
+# unique across notebooks: nb00_..., nb08_...): the landing page and the README.
+PAGES = ("README.md", "book/intro.md")
+
+
+def all_glued(paths: list[Path]) -> dict[str, str]:
+    """Every glued value of the notebooks under ``paths``, by key."""
+    values: dict[str, str] = {}
+    for path in notebooks(paths):
+        values |= glued(nbformat.read(path, as_version=4))
+    return values
+
+
+def fill_page(text: str, values: dict[str, str]) -> str:
+    """``text`` with each span's value written from ``values``; raises on a span with no value."""
+
+    def put(m: re.Match) -> str:
+        if m["key"] not in values:
+            raise KeyError(f"no notebook glues {m['key']!r}")
+        return f'<span data-glue="{m["key"]}">{_cell_text(values[m["key"]])}</span>'
+
+    return SPAN.sub(put, text)
+
+
+def page_problems(text: str, values: dict[str, str]) -> list[str]:
+    """Spans of a markdown page whose key no notebook glues or whose value differs from the glued one."""
+    found = []
+    for m in SPAN.finditer(text):
+        if m["key"] not in values:
+            found.append(f"span {m['key']!r} has no glued output in any notebook")
+        elif m["value"] != _cell_text(values[m["key"]]):
+            found.append(f"span {m['key']!r} shows {m['value']!r}, its output is {values[m['key']]!r}")
+    return found
 
 
 def notebooks(paths: list[Path]) -> list[Path]:
@@ -135,6 +171,19 @@ def main() -> int:
             found = problems(nb)
             bad += bool(found)
             print(f"{path.name}: {'ok' if not found else f'{len(found)} problem(s)'}")
+            for p in found:
+                print(f"    {p}")
+    root = Path(__file__).resolve().parents[1]
+    values = all_glued([root / "notebooks"])
+    for name in PAGES:
+        page = root / name
+        text = page.read_text()
+        if args.command == "fill":
+            page.write_text(fill_page(text, values))
+        else:
+            found = page_problems(text, values)
+            bad += bool(found)
+            print(f"{name}: {'ok' if not found else f'{len(found)} problem(s)'}")
             for p in found:
                 print(f"    {p}")
     return 1 if bad else 0

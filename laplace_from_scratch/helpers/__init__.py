@@ -56,6 +56,7 @@ from .training import (
     minimize,
     prior_precision_to_weight_decay,
     train_map,
+    train_minibatch,
     weight_decay_to_prior_precision,
 )
 
@@ -94,6 +95,7 @@ __all__ = [
     "minimize",
     "prior_precision_to_weight_decay",
     "train_map",
+    "train_minibatch",
     "weight_decay_to_prior_precision",
     # metrics.py
     "accuracy",

@@ -143,12 +143,15 @@ def toy_multiclass(
 @dataclass
 class ImageData:
     """X_train (N, 1, H, W) in [0, 1], y_train (N,) int64, X_test (M, 1, H, W), y_test
-    (M,)."""
+    (M,), and a validation split X_val (V, 1, H, W), y_val (V,) (V = 0 unless asked
+    for)."""
 
     X_train: Tensor
     y_train: Tensor
     X_test: Tensor
     y_test: Tensor
+    X_val: Tensor
+    y_val: Tensor
 
     @property
     def n_classes(self) -> int:
@@ -165,6 +168,7 @@ def image_data(
     n_test: int | None = None,
     seed: int = 0,
     dtype: torch.dtype | None = None,
+    n_val: int = 0,
 ) -> ImageData:
     """Hand-written digits that ship inside a package (nothing is downloaded), split at
     random.
@@ -175,7 +179,8 @@ def image_data(
 
     Pixels are scaled to [0, 1]. A permutation drawn with ``seed`` splits the set into
     ``n_train`` training and ``n_test`` test images (defaults: 70 % and the remaining 30
-    %). Flatten with ``X.flatten(1)`` for an MLP.
+    %). ``n_val`` of the training images are then held out as a validation split, by
+    a second permutation drawn with ``seed``. Flatten with ``X.flatten(1)`` for an MLP.
     """
     if name == "digits":
         from sklearn.datasets import load_digits
@@ -200,9 +205,17 @@ def image_data(
         raise ValueError(
             f"need 1 ≤ n_train and n_train + n_test ≤ {n}, got {n_train} + {n_test}"
         )
+    if not 0 <= n_val < n_train:
+        raise ValueError(f"need 0 ≤ n_val < n_train = {n_train}, got {n_val}")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     X = torch.as_tensor(X, dtype=torch.float64).reshape(n, 1, side, side)
     y = torch.as_tensor(y, dtype=torch.int64)
     dtype = dtype or torch.get_default_dtype()
     tr, te = perm[:n_train], perm[n_train : n_train + n_test]
-    return ImageData(X[tr].to(dtype), y[tr], X[te].to(dtype), y[te])
+    va = tr[:0]
+    if n_val:  # (without, the training images keep their order)
+        held = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed))
+        va, tr = tr[held[:n_val]], tr[held[n_val:]]
+    return ImageData(
+        X[tr].to(dtype), y[tr], X[te].to(dtype), y[te], X[va].to(dtype), y[va]
+    )

@@ -47,14 +47,17 @@ def cnn(
     seed: int | None = 0,
     dtype: torch.dtype | None = None,
     dropout: float = 0.0,
+    hidden: int | None = None,
 ) -> nn.Sequential:
     """A small CNN for (N, in_channels, image_size, image_size) images, ending in
     ``nn.Linear``.
 
     [3×3 conv, ReLU, 2×2 max-pool] twice, then a linear layer on the flattened features.
     For 8×8 digits with channels (8, 16) it has P = 1898 parameters, for 28×28 MNIST P =
-    9098. Initialised like :func:`mlp`. ``dropout > 0`` puts ``nn.Dropout(dropout)``
-    before the linear layer.
+    9098. ``hidden`` puts a fully connected layer of that width (and a ReLU) before the
+    output layer, as LeNet has: with channels (16, 32) and ``hidden=128``, P = 206,922
+    for 28×28 MNIST, of which the output layer holds 1290. Initialised like :func:`mlp`.
+    ``dropout > 0`` puts ``nn.Dropout(dropout)`` before each fully connected layer.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -64,6 +67,13 @@ def cnn(
         raise ValueError(
             f"image_size must be at least 4 (two 2×2 poolings), got {image_size}"
         )
+    drop = [nn.Dropout(dropout)] if dropout else []
+    d = c2 * side * side
+    head: list[nn.Module] = []
+    if hidden:
+        head += [*drop, nn.Linear(d, hidden), nn.ReLU()]
+        d = hidden
+    head += [*drop, nn.Linear(d, n_classes)]
     return nn.Sequential(
         nn.Conv2d(in_channels, c1, 3, padding=1),
         nn.ReLU(),
@@ -72,8 +82,7 @@ def cnn(
         nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Flatten(),
-        *([nn.Dropout(dropout)] if dropout else []),
-        nn.Linear(c2 * side * side, n_classes),
+        *head,
     ).to(dtype or torch.get_default_dtype())
 
 
