@@ -4,8 +4,11 @@ piece; one file per idea, in layers (README, Layout), and the notebooks for the 
 This top level is the Laplace approximation only. The notebooks' support code (toy
 data, models, MAP training, metrics, distribution shift, baselines, plotting) lives
 apart, in ``laplace_from_scratch.helpers``, and nothing here imports it. Every tensor
-the module creates follows one device policy (``devices.py``).
+the module creates follows one device policy (``devices.py``). The names imported
+below are the public API.
 """
+
+# ruff: noqa: F401  (re-exports)
 
 from .curvature import (
     empirical_fisher,
@@ -49,44 +52,3 @@ from .predictive import (
     sum_zero,
     two_class,
 )
-
-__all__ = [
-    "sum_zero",
-    "Bernoulli",
-    "Categorical",
-    "EigenPosterior",
-    "InputTypeError",
-    "Laplace",
-    "cholesky",
-    "covariance_from_cholesky",
-    "jacobian_sandwich",
-    "gaussian_samples",
-    "linearized_predictive",
-    "linearized_samples",
-    "log_det_from_cholesky",
-    "mc_softmax",
-    "nn_samples",
-    "posterior_precision",
-    "prior_precision_diag",
-    "probit",
-    "probit_binary",
-    "two_class",
-    "laplace_bridge",
-    "mc_sigmoid",
-    "sample_from_cholesky",
-    "Gaussian",
-    "empirical_fisher",
-    "entropy",
-    "exact_hessian",
-    "flatten_params",
-    "get_likelihood",
-    "ggn",
-    "ggn_from_jacobians",
-    "jacobian",
-    "jacobian_loop",
-    "make_functional",
-    "marglik_training",
-    "residual_term",
-    "unflatten_params",
-    "vector_to_model",
-]

@@ -33,12 +33,8 @@ def check_positive(name: str, value) -> None:
 
 
 def check_indices(indices: Tensor | None, n_params: int) -> Tensor:
-    if (
-        not isinstance(indices, Tensor)
-        or indices.dtype != torch.long
-        or indices.ndim != 1
-        or indices.numel() == 0
-    ):
+    ok = isinstance(indices, Tensor) and indices.dtype == torch.long
+    if not (ok and indices.ndim == 1 and indices.numel() > 0):
         raise ValueError(
             "subnetwork_indices must be a non-empty 1-D LongTensor "
             "of flat parameter indices"
@@ -57,14 +53,10 @@ MODE_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd
 
 
 def check_eval_mode(model: nn.Module) -> None:
-    """Dropout and batch norm behave differently in training mode, and batch norm would
-    update its running statistics: refuse before touching anything (the user's model is
-    never modified)."""
-    busy = [
-        type(m).__name__
-        for m in model.modules()
-        if m.training and isinstance(m, MODE_DEPENDENT)
-    ]
+    """Dropout and batch norm behave differently in training mode (and batch norm would
+    update its statistics): refuse before touching anything."""
+    busy = [m for m in model.modules() if m.training and isinstance(m, MODE_DEPENDENT)]
+    busy = [type(m).__name__ for m in busy]
     if busy:
         raise ValueError(
             f"the model is in training mode and has {', '.join(sorted(set(busy)))}: "

@@ -6,13 +6,9 @@ For a loss L(θ) = Σₙ ℓ(yₙ, f(xₙ; θ)) the chain rule splits the Hessia
           └── GGN ──────┘   └── residual term ──────────┘
 
 with Jₙ = ∂f(xₙ)/∂θ (K, P) and Λₙ = ∂²ℓ/∂f² (K, K). The GGN is positive semi-definite
-whenever Λ is, and exact for a model linear in θ. laplace-torch's ``H`` is the GGN of
-the *summed* loss with Λ = I for regression (σ enters the posterior precision later).
-
-The curvature *builders* share one interface, :class:`Builder`: ``update(X)`` per
-batch, returning the outputs f (n, K) for the loss, and ``finish()``, returning the
-posterior structure (``posterior.py``). They live with their posteriors: ``full.py``,
-``diag.py``, ``kron.py``, ``lowrank.py`` and ``matfree.py``.
+whenever Λ is, and exact for a model linear in θ. The curvature builders share one
+interface, :class:`Builder`, and live with their posteriors (``full.py``, ``diag.py``,
+``kron.py``, ``lowrank.py``, ``matfree.py``).
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -20,6 +16,7 @@ Shapes: N examples, K outputs, P parameters.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -48,35 +45,25 @@ def ggn_from_jacobians(J: Tensor, Lam: Tensor) -> Tensor:
 
 
 def ggn(
-    f: Functional,
-    theta: Tensor,
-    X: Tensor,
-    likelihood: Likelihood,
-    batch_size: int = 256,
+    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size=256
 ) -> Tensor:
-    """The full GGN Σₙ Jₙᵀ Λ(f(xₙ)) Jₙ, (P, P), accumulated over batches of
-    ``batch_size`` inputs."""
+    """The full GGN Σₙ Jₙᵀ Λ(f(xₙ)) Jₙ, (P, P), over batches of ``batch_size``."""
     P = theta.numel()
     G = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
-    for start in range(0, X.shape[0], batch_size):
-        Xb = X[start : start + batch_size]
+    for Xb in X.split(batch_size):
         with torch.no_grad():
             Lam = likelihood.output_hessian(f(theta, Xb))
         G += ggn_from_jacobians(jacobian(f, theta, Xb), Lam)
     return G
 
 
-def exact_hessian(
-    f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
-) -> Tensor:
+def exact_hessian(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood):
     """∇²_θ Σₙ −log p(yₙ | f(xₙ; θ)), (P, P), by ``torch.func.hessian``. For small P
     only."""
     return hessian(lambda th: likelihood.nll(f(th, X), y))(theta.detach())
 
 
-def residual_term(
-    f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
-) -> Tensor:
+def residual_term(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood):
     """Σₙ Σₖ rₙₖ ∇²fₖ(xₙ; θ) with rₙ = ∂ℓ/∂f at θ held fixed: the part of the Hessian
     the GGN drops."""
     theta = theta.detach()
@@ -85,9 +72,7 @@ def residual_term(
     return hessian(lambda th: (r * f(th, X)).sum())(theta)
 
 
-def empirical_fisher(
-    f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood: Likelihood
-) -> Tensor:
+def empirical_fisher(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelihood):
     """Σₙ gₙ gₙᵀ, gₙ = Jₙᵀ (∂ℓ/∂f)ₙ the per-example gradient, (P, P)."""
     with torch.no_grad():
         r = likelihood.output_gradient(f(theta, X), y)  # (N, K)
@@ -103,16 +88,11 @@ def symmetric_sqrt(Lam: Tensor) -> Tensor:
 
 
 def whitened_batches(
-    f: Functional,
-    theta: Tensor,
-    X: Tensor,
-    likelihood: Likelihood,
-    batch_size: int = 256,
+    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size=256
 ) -> Iterator[Tensor]:
     """The whitened Jacobians J̃, rows Λₙ^½ Jₙ, of ``batch_size`` inputs at a time,
     (batch_size·K, P) each: the GGN is J̃ᵀ J̃ (and the dual route's Gram matrix J̃ J̃ᵀ)."""
-    for start in range(0, X.shape[0], batch_size):
-        Xb = X[start : start + batch_size]
+    for Xb in X.split(batch_size):
         with torch.no_grad():
             sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
         Jw = torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb))  # (n, K, P)
@@ -120,32 +100,19 @@ def whitened_batches(
 
 
 def ggn_diagonal(
-    f: Functional,
-    theta: Tensor,
-    X: Tensor,
-    likelihood: Likelihood,
-    batch_size: int = 256,
+    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size=256
 ) -> Tensor:
-    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), without forming P×P: the column sums of the squared
-    whitened Jacobians.
-
-    Memory is one batch of whitened Jacobians, (batch_size·K, P).
-    """
+    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,): the column sums of the squared whitened Jacobians, one
+    batch of them, (batch_size·K, P), at a time."""
     d = torch.zeros_like(theta)
     for Jw in whitened_batches(f, theta, X, likelihood, batch_size):
         d += (Jw**2).sum(0)
     return d
 
 
-def jacobian_chunk(
-    n_outputs: int,
-    n_params: int,
-    fraction: float = CHUNK_FRACTION,
-    cap: float = float("inf"),
-) -> int:
-    """How many examples' Jacobians (K × P numbers each) to form at a time: as many as
-    fit in min(``fraction``·P², ``cap``) numbers (``cap`` where no P×P matrix exists),
-    or in :data:`CHUNK_FLOOR` numbers if that is more, and at least one."""
+def jacobian_chunk(n_outputs, n_params, fraction=CHUNK_FRACTION, cap=math.inf) -> int:
+    """How many examples' Jacobians (K·P numbers each) to form at once: as many as fit
+    in max(min(``fraction``·P², ``cap``), :data:`CHUNK_FLOOR`) numbers, at least one."""
     K = max(n_outputs, 1)
     budget = min(fraction * n_params * n_params, cap)
     return max(1, int(budget / (K * n_params)), CHUNK_FLOOR // (K * n_params))
@@ -163,15 +130,13 @@ class Builder(Protocol):
         """The posterior of everything added so far."""
 
     def resumed(self) -> Builder:
-        """A builder that adds to a copy of this one's sums: never to tensors that
-        its posterior holds (:func:`resume`)."""
+        """A builder adding to a copy of this one's sums (:func:`resume`)."""
 
 
 def resume(builder, *names: str):
-    """A shallow copy of ``builder`` with its attributes ``names`` copied: tensors and
-    dicts of tensors (running sums, written in place) cloned, lists (appended to)
-    copied, so that a failed continued fit leaves the original and its posterior as
-    they were."""
+    """A shallow copy of ``builder`` with its attributes ``names`` (running sums:
+    tensors and dicts of them cloned, lists copied), so that a failed continued fit
+    leaves the original and its posterior as they were."""
     new = copy.copy(builder)
     for name in names:
         x = getattr(builder, name)
@@ -191,13 +156,7 @@ class FunctionalBuilder:
 
     can_update = True
 
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        param_sizes: list[int],
-    ):
+    def __init__(self, f: Functional, theta: Tensor, likelihood, param_sizes):
         self.f, self.theta = f, theta
         self.likelihood, self.param_sizes = likelihood, param_sizes
 

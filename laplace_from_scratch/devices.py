@@ -1,18 +1,14 @@
-"""Where the module's tensors live: one device policy, and the few helpers that keep it.
+"""Where the module's tensors live: one device policy, and the helpers that keep it.
 
-* Every tensor the module creates lives on the device, and has the dtype, of what it
-  approximates (θ*) or of the input it is derived from; nothing is silently made on the
-  CPU, nor on torch's default device.
-* Hyperparameters may be numbers or tensors on any device; they are converted to θ*'s
-  device and dtype when set.
-* Random draws take an optional ``torch.Generator`` on the CPU *or* on the model's
-  device: a CPU generator draws there and the numbers are moved, so a seeded notebook
-  gives the same numbers on every device.
-* Data on another device than the model is an error that names both devices. The data
-  of :mod:`.data` and :mod:`.shift` are made on the CPU: move them with ``.to(device)``.
+* Every tensor the module creates has the device and dtype of θ* or of the input it
+  comes from; nothing is made on the CPU or on torch's default device by accident.
+* Hyperparameters (numbers, or tensors on any device) move to θ*'s device and dtype.
+* Random draws take an optional ``torch.Generator`` on the CPU or the model's device
+  (a CPU one draws there, then moves the numbers): the same numbers on every device.
+* Data on another device than the model is an error naming both.
 
-A test runs the whole public API with torch's default device set to ``meta``: any
-factory call that forgets ``device=`` then fails, as it would on a GPU.
+A test runs the public API with torch's default device set to ``meta``: a factory call
+that forgets ``device=`` then fails, as it would on a GPU.
 """
 
 from __future__ import annotations
@@ -25,13 +21,10 @@ from torch import Tensor
 
 class InputTypeError(TypeError, ValueError):
     """A hyperparameter of the wrong type (a string, None, a complex tensor): a
-    ``TypeError``, as Python's convention asks, and a ``ValueError``, as laplace-torch
-    raises, so that code written for either library catches it."""
+    ``TypeError`` (Python's convention) and a ``ValueError`` (laplace-torch's)."""
 
 
-def randn(
-    shape: Sequence[int], like: Tensor, generator: torch.Generator | None = None
-) -> Tensor:
+def randn(shape: Sequence[int], like: Tensor, generator=None) -> Tensor:
     """Standard normal draws of ``shape`` in the dtype and on the device of ``like``,
     drawn on the ``generator``'s device (e.g. a seeded CPU one) and moved there."""
     where = like.device if generator is None else generator.device
@@ -39,9 +32,7 @@ def randn(
     return eps.to(like.device)
 
 
-def rademacher(
-    n: int, like: Tensor, generator: torch.Generator | None = None
-) -> Tensor:
+def rademacher(n: int, like: Tensor, generator=None) -> Tensor:
     """n random signs ±1 (Rademacher), in the dtype and on the device of ``like``; see
     :func:`randn`."""
     where = like.device if generator is None else generator.device
@@ -50,9 +41,8 @@ def rademacher(
 
 
 def as_like(value: float | Tensor, like: Tensor, name: str) -> Tensor:
-    """``value`` (a number or a tensor on any device) as a tensor in ``like``'s dtype
-    and device, differentiable for tensors; non-numbers raise :class:`InputTypeError`
-    naming ``name``."""
+    """``value`` (a number, or a tensor on any device: differentiable) in ``like``'s
+    dtype and device; :class:`InputTypeError` naming ``name`` for anything else."""
     if isinstance(value, Tensor):
         if value.is_complex() or value.dtype == torch.bool:
             raise InputTypeError(

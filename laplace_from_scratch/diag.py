@@ -1,14 +1,13 @@
 """The exact diagonal of the GGN, layer by layer, without per-example Jacobians.
 
-diag G = Σₙ Σ꜀ (Jₙᵀ sₙ꜀)² elementwise, sₙ꜀ the columns of Λₙ^½. Forming every Jₙ is
-what :func:`~laplace_from_scratch.curvature.ggn_diagonal` does: exact for any network,
-and slow. For a Linear layer the entry of Jₙᵀ sₙ꜀ for W_oi is gₙ꜀ₒ aₙᵢ (``layers.py``):
+diag G = Σₙ Σ꜀ (Jₙᵀ sₙ꜀)², sₙ꜀ the columns of Λₙ^½ (``curvature.ggn_diagonal`` forms
+every Jₙ: any network, slow). For a Linear layer the entry of Jₙᵀ sₙ꜀ for W_oi is
+gₙ꜀ₒ aₙᵢ (``layers.py``), so
 
     diag G_W = Σₙ (Σ꜀ gₙ꜀²) ⊗ aₙ²,    diag G_b = Σₙ Σ꜀ gₙ꜀²,
 
-one matrix product per layer after one forward and K backward passes. A Conv2d (or a
-Linear on a sequence) shares W over T positions, so Σₜ gₙ꜀ₒₜ uₙᵢₜ is squared after the
-sum: one product per example and column. Other layers: the Jacobian route
+one matrix product per layer. A Conv2d (or a Linear on a sequence) shares W over T
+positions: Σₜ gₙ꜀ₒₜ uₙᵢₜ is squared after the sum. Other layers: the Jacobian route
 (:class:`DiagJacobianGGN`). Both builders make a :class:`DiagPosterior`.
 
 Shapes: N examples, K outputs, P parameters.
@@ -30,10 +29,9 @@ from .posterior import prior_precision_diag
 
 
 class DiagGGN:
-    """Accumulates diag(G) over batches: ``update(X)`` per batch, then ``diagonal()``
-    (P,), in the order of ``model.parameters()`` (the flat θ of ``functional.py``).
-    Every trainable parameter must belong to an ``nn.Linear`` or an ``nn.Conv2d`` (see
-    :func:`~laplace_from_scratch.layers.supported_layers`)."""
+    """Accumulates diag(G) (P,) in ``model.parameters()`` order: ``update(X)`` per
+    batch, then ``diagonal()``. Every trainable parameter must be in an ``nn.Linear``
+    or an ``nn.Conv2d``."""
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
         layers = supported_layers(model)
@@ -55,8 +53,7 @@ class DiagGGN:
     can_update = True
 
     def update(self, X: Tensor) -> Tensor:
-        """Add one batch (inputs X of ``model``); return its outputs f (n, K),
-        detached."""
+        """Add one batch; return its outputs f (n, K), detached."""
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for i, m in enumerate(self.layers):
             a, gs = bp.inputs[i], [g[i] for g in bp.grads]
@@ -96,11 +93,10 @@ class DiagGGN:
 def ggn_diagonal_layerwise(
     model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256
 ) -> Tensor:
-    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), layer by layer over batches of ``batch_size`` inputs
-    (:class:`DiagGGN`)."""
+    """diag(Σₙ Jₙᵀ Λₙ Jₙ), (P,), by :class:`DiagGGN` over batches of ``batch_size``."""
     acc = DiagGGN(model, likelihood)
-    for start in range(0, X.shape[0], batch_size):
-        acc.update(X[start : start + batch_size])
+    for Xb in X.split(batch_size):
+        acc.update(Xb)
     return acc.diagonal()
 
 
@@ -125,8 +121,7 @@ class DiagJacobianGGN(FunctionalBuilder):
 
 
 class DiagPosterior:
-    """A diagonal curvature d (P,): Σ⁻¹ = c·d + p₀ elementwise, so everything is
-    elementwise."""
+    """A diagonal curvature d (P,): Σ⁻¹ = c·d + p₀, everything elementwise."""
 
     def __init__(self, d: Tensor, param_sizes: Sequence[int]):
         self.H, self.param_sizes, self.n_params = d, list(param_sizes), d.shape[0]
@@ -148,12 +143,9 @@ class DiagPosterior:
         return torch.einsum("nkp,p,nlp->nkl", J, self.variance(prior, c), J)
 
     def layer_blocks(self, prior: Tensor, c: Tensor) -> list[LayerBlock]:
-        """Σ per parameter tensor, for the layer-wise predictive
-        (``layer_predictive.py``): the variances, in no rotated basis."""
+        """Σ per parameter tensor for ``layer_predictive.py``: the variances."""
         return [LayerBlock(v) for v in self.variance(prior, c).split(self.param_sizes)]
 
-    def sample(
-        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
-    ) -> Tensor:
+    def sample(self, n_samples: int, prior: Tensor, c: Tensor, generator=None):
         eps = randn((n_samples, self.n_params), self.H, generator)
         return eps * self.variance(prior, c).sqrt()

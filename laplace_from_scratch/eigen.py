@@ -1,9 +1,7 @@
 """The posterior for a scalar prior δ from one eigendecomposition of the GGN, and its
-dual (kernel) route.
-
-With H = Q diag(λ) Qᵀ, Σ⁻¹ = Q diag(cλ + δ) Qᵀ: after one O(P³) decomposition every
-change of δ or c costs O(P). When H = J̃ᵀ J̃ with fewer rows than columns (N·K < P), the
-M×M Gram matrix J̃ J̃ᵀ has the same non-zero eigenvalues, at O(M²P + M³).
+dual (kernel) route: with H = Q diag(λ) Qᵀ, Σ⁻¹ = Q diag(cλ + δ) Qᵀ, so after one O(P³)
+decomposition a change of δ or c costs O(P); when H = J̃ᵀ J̃ with N·K < P rows, the M×M
+Gram matrix J̃ J̃ᵀ has the same non-zero eigenvalues, at O(M²P + M³).
 
 Shapes: P parameters, r non-zero eigenvalues, M rows of J̃, N inputs, K outputs,
 S samples.
@@ -26,10 +24,9 @@ class EigenPosterior:
 
         log det Σ⁻¹ = Σᵢ log dᵢ + (P − r)·log δ,    Σ = V diag(1/d − 1/δ) Vᵀ + I/δ
 
-    so every method of the ``posterior.Posterior`` protocol costs O(P·r) at most, with
-    results in ``dtype`` (the model's). From :meth:`from_H` (``eigh`` of H) or the dual
-    route :meth:`from_jacobians`: with H = J̃ᵀ J̃, J̃ (M, P), the Gram matrix J̃ J̃ᵀ has the
-    same non-zero eigenvalues, V = J̃ᵀ U diag(λ^-½): O(M²P + M³) when M < P."""
+    so every ``posterior.Posterior`` method costs O(P·r) at most, with results in
+    ``dtype`` (the model's). From :meth:`from_H` (``eigh`` of H) or the dual route
+    :meth:`from_jacobians` (V = J̃ᵀ U diag(λ^-½) from J̃ J̃ᵀ = U diag(λ) Uᵀ)."""
 
     eigvals: Tensor  # (r,)
     eigvecs: Tensor  # (P, r), orthonormal columns
@@ -44,14 +41,9 @@ class EigenPosterior:
 
     @classmethod
     def from_jacobians(cls, Jw: Tensor, rtol: float | None = None) -> EigenPosterior:
-        """Dual route from whitened Jacobians Jw (M, P) with H = Jwᵀ Jw.
-
-        Computed in float64 whatever the dtype of Jw (the M×M problem is small, and
-        float32 would lose the small eigenvalues); results are cast back to Jw's dtype.
-        Eigenvalues below ``rtol``·λ_max (default: 10·M·float64 epsilon) are treated as
-        zero: they are round-off, and their directions join the complement where
-        Σ⁻¹ = δ.
-        """
+        """Dual route from whitened Jacobians Jw (M, P), H = Jwᵀ Jw, in float64 (results
+        in Jw's dtype). Eigenvalues below ``rtol``·λ_max (default 10·M·ε) are round-off:
+        their directions join the complement where Σ⁻¹ = δ."""
         dtype, Jw = Jw.dtype, Jw.double()
         lam, U = torch.linalg.eigh(Jw @ Jw.T)
         rtol = 10 * Jw.shape[0] * torch.finfo(Jw.dtype).eps if rtol is None else rtol
@@ -64,11 +56,9 @@ class EigenPosterior:
         """The GGN in this structure's form: (V, λ)."""
         return self.eigvecs, self.eigvals
 
-    def precision_eigvals(
-        self, prior: float | Tensor, c: float | Tensor = 1.0
-    ) -> tuple[Tensor, Tensor]:
-        """(δ, d): the scalar prior δ as a 0-dim tensor and d = c·λ + δ, the eigenvalues
-        of Σ⁻¹ along the r columns of V, (r,), in the decomposition's dtype."""
+    def precision_eigvals(self, prior, c=1.0) -> tuple[Tensor, Tensor]:
+        """(δ, d): the scalar δ (0-dim) and d = c·λ + δ (r,), Σ⁻¹'s eigenvalues along V,
+        in the decomposition's dtype."""
         dtype, device = self.eigvals.dtype, self.eigvals.device
         delta = torch.as_tensor(prior, dtype=dtype, device=device)
         if delta.numel() != 1:
@@ -82,9 +72,8 @@ class EigenPosterior:
     def log_det(self, prior, c=1.0) -> Tensor:
         """log det Σ⁻¹ = Σ log dᵢ + (P − r) log δ."""
         delta, d = self.precision_eigvals(prior, c)
-        return (d.log().sum() + (self.n_params - d.numel()) * delta.log()).to(
-            self.dtype
-        )
+        value = d.log().sum() + (self.n_params - d.numel()) * delta.log()
+        return value.to(self.dtype)
 
     def variance(self, prior, c=1.0) -> Tensor:
         """diag Σ = Σⱼ Vᵢⱼ² (1/dⱼ − 1/δ) + 1/δ, (P,)."""
@@ -94,17 +83,13 @@ class EigenPosterior:
     def precision(self, prior, c=1.0) -> Tensor:
         """Σ⁻¹ = V diag(d − δ) Vᵀ + δI, (P, P)."""
         delta, d = self.precision_eigvals(prior, c)
-        V = self.eigvecs
-        return (
-            (V * (d - delta)) @ V.T
-            + delta * torch.eye(self.n_params, dtype=V.dtype, device=V.device)
-        ).to(self.dtype)
+        V, eye = self.eigvecs, torch.eye(self.n_params, dtype=d.dtype, device=d.device)
+        return ((V * (d - delta)) @ V.T + delta * eye).to(self.dtype)
 
     def covariance(self, prior, c=1.0) -> Tensor:
         """Σ = V diag(1/d − 1/δ) Vᵀ + I/δ, (P, P)."""
         delta, d = self.precision_eigvals(prior, c)
-        V = self.eigvecs
-        eye = torch.eye(self.n_params, dtype=V.dtype, device=V.device)
+        V, eye = self.eigvecs, torch.eye(self.n_params, dtype=d.dtype, device=d.device)
         return ((V * (1 / d - 1 / delta)) @ V.T + eye / delta).to(self.dtype)
 
     def functional_variance(self, J: Tensor, prior, c=1.0) -> Tensor:
@@ -112,19 +97,11 @@ class EigenPosterior:
         delta, d = self.precision_eigvals(prior, c)
         J64 = J.to(self.eigvecs.dtype)
         JV = J64 @ self.eigvecs  # (N, K, r)
-        return ((JV * (1 / d - 1 / delta)) @ JV.mT + J64 @ J64.mT / delta).to(
-            self.dtype
-        )
+        out = (JV * (1 / d - 1 / delta)) @ JV.mT + J64 @ J64.mT / delta
+        return out.to(self.dtype)
 
-    def sample(
-        self,
-        n_samples: int,
-        prior,
-        c=1.0,
-        generator: torch.Generator | None = None,
-    ) -> Tensor:
-        """Draws V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ from N(0, Σ), ε drawn in ``dtype``,
-        (S, P)."""
+    def sample(self, n_samples: int, prior, c=1.0, generator=None) -> Tensor:
+        """V diag(d^-½ − δ^-½) Vᵀ ε + ε/√δ, ε drawn in ``dtype``, (S, P)."""
         delta, d = self.precision_eigvals(prior, c)
         V = self.eigvecs
         eps = randn(

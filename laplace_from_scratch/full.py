@@ -15,7 +15,6 @@ Shapes: N examples, K outputs, P parameters, M rows of J̃, S samples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cached_property
 
 import torch
@@ -50,39 +49,35 @@ DUAL_FLOOR_BYTES = 1 << 26  # 64 MiB if more (small models: cheap, and the fast 
 DUAL_FRACTION_ONE_BUFFER = 1 / 32  # of one P×P matrix with one_buffer (no floor)
 
 
-class FullGGN(FunctionalBuilder):
-    """Accumulates the GGN H = Σ J̃ᵀJ̃ (P, P) in place from the whitened Jacobians
-    J̃ = Λ^½ J of a few examples at a time; keeps them for the eigen route (unless
-    ``evidence_route="cholesky"``) while they are fewer than P rows and fit the
-    budget above. The options are the posterior's (:func:`full_posterior`)."""
+def dual_budget(P: int, like: Tensor, one_buffer: bool) -> int:
+    """How many numbers of whitened Jacobians FullGGN keeps for the eigen route."""
+    if one_buffer:
+        return int(P * P * DUAL_FRACTION_ONE_BUFFER)
+    return max(int(P * P * DUAL_FRACTION), DUAL_FLOOR_BYTES // like.element_size())
 
-    def __init__(
-        self,
-        *args,  # f, θ*, the likelihood, the parameter sizes (FunctionalBuilder)
-        evidence_route: str = "auto",
-        one_buffer: bool = False,
-        in_place: bool = False,
-    ):
-        super().__init__(*args)
+
+class FullGGN(FunctionalBuilder):
+    """H = Σ J̃ᵀJ̃ (P, P), in place from the whitened Jacobians J̃ = Λ^½ J of a few
+    examples at a time; J̃ is kept for the eigen route while it has fewer than P rows and
+    fits the budget above. The options are :func:`full_posterior`'s."""
+
+    def __init__(self, *args, evidence_route="auto", one_buffer=False, in_place=False):
+        super().__init__(*args)  # f, θ*, the likelihood, the parameter sizes
         theta, P = self.theta, self.theta.numel()
         what = f"full Laplace over P = {P} parameters"
         memory_limit.check_fits(P, theta.dtype, theta.device, 1, what)
-        self.H = torch.zeros(P, P, dtype=theta.dtype, device=theta.device)
+        self.H = theta.new_zeros(P, P)
         self.options = dict(
             route=evidence_route, one_buffer=one_buffer, in_place=in_place
         )
+        self.fraction = CHUNK_FRACTION_TIGHT if one_buffer else CHUNK_FRACTION
         self.kept: list[Tensor] | None = None if evidence_route == "cholesky" else []
-        budget = DUAL_FRACTION_ONE_BUFFER if one_buffer else DUAL_FRACTION
-        floor = 0 if one_buffer else DUAL_FLOOR_BYTES // theta.element_size()
-        self.dual_budget = max(int(P * P * budget), floor)  # numbers
+        self.dual_budget = dual_budget(P, theta, one_buffer)
         self.posterior: FullPosterior | None = None
 
     def update(self, X: Tensor) -> Tensor:
         out, P = self.outputs(X), self.theta.numel()
-        fraction = (
-            CHUNK_FRACTION_TIGHT if self.options["one_buffer"] else CHUNK_FRACTION
-        )
-        chunk = jacobian_chunk(out.shape[-1], P, fraction)
+        chunk = jacobian_chunk(out.shape[-1], P, self.fraction)
         for Jw in whitened_batches(self.f, self.theta, X, self.likelihood, chunk):
             self.H.addmm_(Jw.T, Jw)  # in place: one P×P buffer, no temporary
             if self.kept is not None:
@@ -113,29 +108,14 @@ class FullGGN(FunctionalBuilder):
 class FullPosterior:
     """Σ⁻¹ = c·H + diag(p₀) from the GGN H (P, P), by notebook 03's functions: the
     Cholesky factor L of Σ⁻¹, kept until p₀ or c change, gives log det Σ⁻¹, diag Σ,
-    J Σ Jᵀ and samples. ``limit`` is the memory-limit layer (``memory_limit.layer``:
-    when asked for, or when memory is short), or None; ``Jw`` and ``route`` are the
-    eigen route's (:func:`full_posterior`)."""
+    J Σ Jᵀ and samples. ``limit``: the memory-limit layer (``memory_limit.layer``), or
+    None when memory is ample; ``Jw`` and ``route``: the eigen route's."""
 
-    def __init__(
-        self,
-        H: Tensor,
-        param_sizes: Sequence[int],
-        Jw: Tensor | None = None,
-        route: str = "cholesky",
-        one_buffer: bool = False,
-        in_place: bool = False,
-    ):
+    def __init__(self, H: Tensor, param_sizes, Jw, route, one_buffer, in_place):
         self._H, self.param_sizes, self.n_params = H, list(param_sizes), H.shape[0]
-        self.Jw, self.route, self.one_buffer, self.in_place = (
-            Jw,
-            route,
-            one_buffer,
-            in_place,
-        )
-        self.limit = memory_limit.layer(
-            H, one_buffer, in_place
-        )  # None: memory is ample
+        self.Jw, self.route = Jw, route
+        self.one_buffer, self.in_place = one_buffer, in_place
+        self.limit = memory_limit.layer(H, one_buffer, in_place)  # None: ample memory
         self.cache = PerPrior()
 
     @property
@@ -144,9 +124,8 @@ class FullPosterior:
 
     def precision(self, prior: Tensor, c: Tensor) -> Tensor:
         """Σ⁻¹ = c·H + diag(p₀), a new (P, P) tensor (differentiable)."""
-        return posterior_precision(
-            self.H, prior_precision_diag(prior, self.param_sizes), c
-        )
+        p0 = prior_precision_diag(prior, self.param_sizes)
+        return posterior_precision(self.H, p0, c)
 
     def L(self, prior: Tensor, c: Tensor) -> Tensor:
         """The Cholesky factor L (P, P) of Σ⁻¹ = L Lᵀ, without autograd."""
@@ -160,6 +139,13 @@ class FullPosterior:
         value = log_det_from_cholesky(L)
         return log_det_with_gradients(value, p0, c, lambda: inverse_diagonal(L))
 
+    def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
+        # J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ: N·K·P² for the solve instead of P³ for Σ
+        L, (N, K, P) = self.L(prior, c), J.shape
+        V = torch.linalg.solve_triangular(L, J.reshape(N * K, P).T, upper=False)
+        V = V.T.reshape(N, K, P)
+        return V @ V.mT
+
     def variance(self, prior: Tensor, c: Tensor) -> Tensor:
         return inverse_diagonal(self.L(prior, c))
 
@@ -167,28 +153,16 @@ class FullPosterior:
         """Σ, a new dense (P, P) tensor: for small P."""
         return covariance_from_cholesky(self.L(prior, c))
 
-    def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
-        # J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ: N·K·P² for the solve instead of P³ for Σ
-        N, K, P = J.shape
-        V = torch.linalg.solve_triangular(
-            self.L(prior, c), J.reshape(N * K, P).T, upper=False
-        )
-        V = V.T.reshape(N, K, P)
-        return V @ V.mT
-
-    def sample(
-        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
-    ) -> Tensor:
+    def sample(self, n_samples: int, prior: Tensor, c: Tensor, generator=None):
         L = self.L(prior, c)
         return sample_from_cholesky(L.new_zeros(self.n_params), L, n_samples, generator)
 
 
 class EigenRoute(FullPosterior):
-    """The full posterior whose log det Σ⁻¹ for a scalar prior δ comes from one
-    eigendecomposition of H (``eigen.EigenPosterior``; the dual route when the whitened
-    Jacobians ``Jw`` (M, P) were kept): O(P) per new (δ, c) after it. Everything else,
-    and log det for a prior per tensor or parameter (refused with ``route="eigen"``),
-    is the Cholesky path above."""
+    """The full posterior whose log det Σ⁻¹ for a scalar δ comes from one
+    eigendecomposition of H (``eigen.EigenPosterior``; dual route when ``Jw`` was kept):
+    O(P) per new (δ, c). The rest, and log det for other priors (refused with
+    ``route="eigen"``), is the Cholesky path above."""
 
     @cached_property
     def eigen(self) -> EigenPosterior:
@@ -206,18 +180,12 @@ class EigenRoute(FullPosterior):
 
 
 def full_posterior(
-    H: Tensor,
-    param_sizes: Sequence[int],
-    Jw: Tensor | None = None,
-    route: str = "auto",
-    one_buffer: bool = False,
-    in_place: bool = False,
+    H: Tensor, param_sizes, Jw=None, route="auto", one_buffer=False, in_place=False
 ) -> FullPosterior:
     """The full structure's posterior, by one rule, at fit and for a saved state: the
     eigen route with ``route="eigen"``, or with ``"auto"`` when the whitened Jacobians
-    Jw were kept (N·K < P: its eigendecomposition is then M×M, cheaper than one
-    Cholesky of Σ⁻¹); the Cholesky path otherwise, as laplace-torch. The memory-limit
-    layer is chosen inside (``memory_limit.layer``)."""
+    Jw were kept (N·K < P: an M×M eigendecomposition, cheaper than one Cholesky); the
+    Cholesky path otherwise. The memory-limit layer is chosen inside."""
     eigen = route == "eigen" or (route == "auto" and Jw is not None)
     return (EigenRoute if eigen else FullPosterior)(
         H, param_sizes, Jw, route, one_buffer, in_place

@@ -50,19 +50,14 @@ GLOBAL_BACKWARD_HOOKS = ("_global_backward_hooks", "_global_backward_pre_hooks")
 
 @contextmanager
 def backward_hooks_off(model: nn.Module) -> Iterator[None]:
-    """Set module backward hooks (of every submodule, and the global ones) aside while
-    we differentiate ``model``, and put them back on exit. Full backward hooks
-    (BackPACK, ASDL, user code) wrap a module in an ``autograd.Function`` that
-    ``torch.func`` cannot transform; they never change the forward value.
-
-    torch has no public way to suspend a hook someone else registered (only the
-    ``RemovableHandle`` of whoever registered it removes it), and ``Module.__call__``
-    reads four private dicts: each module's ``_backward_hooks`` and
-    ``_backward_pre_hooks`` and the module globals :data:`GLOBAL_BACKWARD_HOOKS`. So
-    those that hold a hook are swapped for empty ones and restored; a model without
-    backward hooks, the usual case, touches nothing private.
-    ``tests/test_functional.py`` checks these names against the installed torch.
-    """
+    """Set module backward hooks (every submodule's and the global ones) aside while we
+    differentiate ``model``: full backward hooks (BackPACK, ASDL, user code) wrap a
+    module in an ``autograd.Function`` that ``torch.func`` cannot transform. torch has
+    no public way to suspend a hook someone else registered, and ``Module.__call__``
+    reads private dicts (``_backward_hooks``, ``_backward_pre_hooks``,
+    :data:`GLOBAL_BACKWARD_HOOKS`): those holding a hook are swapped for empty ones and
+    restored; a model without one touches nothing private (``tests/test_functional.py``
+    checks the names against torch)."""
     hooked = [m for m in model.modules() if m._backward_hooks or m._backward_pre_hooks]
     names = [n for n in GLOBAL_BACKWARD_HOOKS if getattr(module_globals, n)]
     saved = [(m, m._backward_hooks, m._backward_pre_hooks) for m in hooked]
@@ -81,13 +76,9 @@ def backward_hooks_off(model: nn.Module) -> Iterator[None]:
 
 
 def make_functional(model: nn.Module) -> tuple[Functional, Tensor]:
-    """Return ``(f, theta)`` with ``f(theta, X) == model(X)``.
-
-    ``theta`` (P,) is a detached copy of the current parameters; ``f`` maps
-    θ (P,) and inputs X (N, ...) to outputs (N, K). Buffers (e.g. batch-norm
-    statistics) are taken from ``model`` as they are. Backward hooks are off during
-    the call (``backward_hooks_off``).
-    """
+    """``(f, theta)`` with ``f(theta, X) == model(X)``: θ (P,) a detached copy of the
+    parameters, X (N, ...) → (N, K). Buffers (e.g. batch-norm statistics) are the
+    model's as they are; backward hooks are off during the call."""
     buffers = dict(model.named_buffers())
 
     def f(theta: Tensor, X: Tensor) -> Tensor:
@@ -100,18 +91,14 @@ def make_functional(model: nn.Module) -> tuple[Functional, Tensor]:
 
 def vector_to_model(theta: Tensor, model: nn.Module) -> None:
     """Copy the flat vector θ (P,) into the parameters of ``model`` in place."""
+    params = [p for p in model.parameters() if p.requires_grad]
     with torch.no_grad():
-        for p, v in zip(
-            (p for p in model.parameters() if p.requires_grad),
-            unflatten_params(theta, model).values(),
-            strict=True,
-        ):
+        for p, v in zip(params, unflatten_params(theta, model).values(), strict=True):
             p.copy_(v)
 
 
 def find_last_layer(model: nn.Module, name: str | None = None) -> tuple[str, nn.Linear]:
-    """``(name, layer)``: the ``nn.Linear`` called ``name`` in
-    ``model.named_modules()``, or by default the last ``nn.Linear`` there."""
+    """``(name, layer)``: the ``nn.Linear`` called ``name``, by default the last one."""
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     if name is not None:
         found = [(n, m) for n, m in linears if n == name]
@@ -130,9 +117,9 @@ def find_last_layer(model: nn.Module, name: str | None = None) -> tuple[str, nn.
 
 
 class LastLayerFeatures:
-    """φ(X): the input of the last layer, (N, D), caught by a forward hook while the
-    whole model runs without gradients. Raises ``ValueError`` unless the model's output
-    is that layer's output (only then is f(θ, X) = W φ(X)ᵀ + b the model)."""
+    """φ(X): the last layer's input, (N, D), caught by a forward hook while the model
+    runs without gradients. ``ValueError`` unless the model's output is that layer's
+    (only then is f(θ, X) = W φ(X)ᵀ + b the model)."""
 
     def __init__(self, model: nn.Module, name: str, layer: nn.Linear):
         self.model, self.name, self.layer = model, name, layer

@@ -16,9 +16,7 @@ from .functional import Functional
 
 
 def jacobian_loop(f: Functional, theta: Tensor, X: Tensor) -> Tensor:
-    """J (N, K, P) by N·K calls of ``torch.autograd.grad``:
-    slow, and obviously right.
-    """
+    """J (N, K, P) by N·K calls of ``torch.autograd.grad``: slow, obviously right."""
     theta = theta.detach().requires_grad_(True)
     out = f(theta, X)  # (N, K)
     N, K = out.shape
@@ -37,10 +35,7 @@ def jacobian(
     chunk_size: int | None = None,
 ) -> Tensor:
     """J (N, K, P) with ``vmap`` over the N examples of ``jacrev`` (``mode="rev"``) or
-    ``jacfwd``.
-
-    ``chunk_size`` bounds how many examples ``vmap`` processes at once (memory).
-    """
+    ``jacfwd``; ``chunk_size`` bounds how many examples ``vmap`` takes at once."""
     if mode not in ("rev", "fwd"):
         raise ValueError(f"mode must be 'rev' or 'fwd', got {mode!r}")
     jac = jacrev if mode == "rev" else jacfwd
@@ -52,12 +47,8 @@ def jacobian(
 
 
 def last_layer_jacobian(phi: Tensor, n_outputs: int) -> Tensor:
-    """Closed-form Jacobian of f = W φ + b with respect to θ = [vec W, b] (row-major W,
-    (K, D)).
-
-    ∂fₖ/∂W_kj = φⱼ and ∂fₖ/∂bₖ = 1, so Jₙ = [I_K ⊗ φₙᵀ, I_K]. phi: (N, D) → (N, K, K·D +
-    K).
-    """
+    """Closed-form Jacobian of f = W φ + b for θ = [vec W, b] (W (K, D) row-major):
+    ∂fₖ/∂W_kj = φⱼ, ∂fₖ/∂bₖ = 1, so Jₙ = [I_K ⊗ φₙᵀ, I_K]. (N, D) → (N, K, K·D + K)."""
     N, D = phi.shape
     eye = torch.eye(n_outputs, dtype=phi.dtype, device=phi.device)
     JW = torch.einsum("kl,nd->nkld", eye, phi).reshape(N, n_outputs, n_outputs * D)

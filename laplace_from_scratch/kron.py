@@ -1,24 +1,19 @@
 """KFAC: a block-diagonal GGN with each layer's weight block a Kronecker product.
 
-For a Linear layer z = W a + b the exact GGN block of W is Σₙ (Jzₙᵀ Λₙ Jzₙ) ⊗ (aₙ aₙᵀ),
+For a Linear layer z = W a + b the GGN block of W is Σₙ (Jzₙᵀ Λₙ Jzₙ) ⊗ (aₙ aₙᵀ),
 Jzₙ = ∂f(xₙ)/∂zₙ (K, out). KFAC replaces the sum of products by a product of sums,
 
     B ⊗ A   with   B = Σₙ Jzₙᵀ Λₙ Jzₙ  (out, out),   A = (1/N) Σₙ aₙ aₙᵀ  (in, in),
 
-keeps the bias block B alone and drops every block between parameter tensors
-(laplace-torch's convention with its curvlinops backend). With eigendecompositions
-B = Q_B diag(λ_B) Q_Bᵀ and A = Q_A diag(λ_A) Q_Aᵀ,
+keeps the bias block B alone and drops the blocks between parameter tensors
+(laplace-torch with curvlinops). In the eigenbases of B and A,
+c·(B ⊗ A) + δ I = (Q_B ⊗ Q_A) diag(c·λ_B ⊗ λ_A + δ) (Q_B ⊗ Q_A)ᵀ: log det, inverse,
+square root and J Σ Jᵀ cost O(out³ + in³) per layer.
 
-    c·(B ⊗ A) + δ I = (Q_B ⊗ Q_A) diag(c·λ_B ⊗ λ_A + δ) (Q_B ⊗ Q_A)ᵀ,
-
-so log-determinants, inverses, square roots and J Σ Jᵀ cost O(out³ + in³) per layer.
-
-Conv2d (groups = 1): at each of the T output positions the layer is a Linear layer on
-the unfolded input patch uₙₜ (``F.unfold``, the weight (out, in, kh, kw) flattened
-row-major). As curvlinops' KFAC-"expand" (Eschenhagen et al. 2023) the N·T pairs are
-independent inputs: B = Σₙ Σₜ Jzₙₜᵀ Λₙ Jzₙₜ sums over positions while
-A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ averages over them. W flattens row-major, so entry (o, i)
-is index o·in + i, matching B ⊗ A.
+A Conv2d (groups = 1) is a Linear layer on the unfolded patch uₙₜ at each of T output
+positions; as curvlinops' KFAC-"expand" (Eschenhagen et al. 2023), B sums over the
+positions and A = (1/(N·T)) Σₙ Σₜ uₙₜ uₙₜᵀ averages over them. W flattens row-major:
+entry (o, i) is index o·in + i, as in B ⊗ A.
 
 Shapes: N examples, K outputs, P parameters, T output positions of a Conv2d.
 """
@@ -42,8 +37,7 @@ from .posterior import prior_precision_diag
 
 @dataclass
 class KronBlock:
-    """One parameter tensor's block: B ⊗ A for a weight (``A`` not None), B alone for a
-    bias."""
+    """One parameter tensor's block: B ⊗ A for a weight, B alone for a bias (A None)."""
 
     B: Tensor
     A: Tensor | None = None
@@ -54,9 +48,8 @@ class KronBlock:
 
 
 class KFAC:
-    """Accumulates the KFAC factors (B summed, A averaged) over batches: ``update(X)``
-    per batch, then ``blocks()``. Every parameter of ``model`` must belong to an
-    ``nn.Linear`` or an ``nn.Conv2d``. One forward and K backward passes per batch."""
+    """The KFAC factors (B summed, A averaged) over batches of inputs, for a ``model``
+    of ``nn.Linear`` and ``nn.Conv2d`` layers: one forward, K backward passes each."""
 
     def __init__(self, model: nn.Module, likelihood: Likelihood):
         self.model, self.likelihood = model, likelihood
@@ -100,8 +93,7 @@ class KFAC:
         return torch.einsum("nit,njt->ij", U, U) / U.shape[-1]
 
     def update(self, X: Tensor) -> Tensor:
-        """Add one batch (inputs X of ``model``) to the factors; return its outputs
-        (n, K), detached."""
+        """Add one batch to the factors; return its outputs (n, K), detached."""
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for m, a in zip(self.layers, bp.inputs, strict=True):
             self.A[m] += self._input_outer(m, a)
@@ -132,14 +124,11 @@ class KFAC:
         return resume(self, "B", "A")
 
 
-def kfac(
-    model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size: int = 256
-) -> list[KronBlock]:
-    """The KFAC blocks of the GGN of the summed loss over inputs X, one per parameter
-    tensor."""
+def kfac(model: nn.Module, X: Tensor, likelihood: Likelihood, batch_size=256) -> list:
+    """The KFAC blocks of the GGN over inputs X, one per parameter tensor."""
     acc = KFAC(model, likelihood)
-    for start in range(0, X.shape[0], batch_size):
-        acc.update(X[start : start + batch_size])
+    for Xb in X.split(batch_size):
+        acc.update(Xb)
     return acc.blocks()
 
 
@@ -152,9 +141,8 @@ def _eigh(M: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
 
 
 class KronPosterior:
-    """The :class:`~laplace_from_scratch.posterior.Posterior` protocol for eigen-
-    decomposed KFAC blocks, Σ⁻¹ = block-diag(c·Bₗ ⊗ Aₗ + δₗ I), δ a scalar or one per
-    block. ``H`` is block-diag(Bₗ ⊗ Aₗ) as a :class:`KronMatrix`."""
+    """The ``posterior.Posterior`` protocol for eigendecomposed KFAC blocks, Σ⁻¹ =
+    block-diag(c·Bₗ ⊗ Aₗ + δₗ I), δ a scalar or one per block; ``H`` a KronMatrix."""
 
     def __init__(self, blocks: list[KronBlock]):
         self.blocks = blocks
@@ -214,13 +202,10 @@ class KronPosterior:
         ]
 
     def variance(self, prior: Tensor, c: Tensor) -> Tensor:
-        """diag(Σ), (P,)."""
         return self.covariance(prior, c).diag()
 
-    def sample(
-        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
-    ) -> Tensor:
-        """Draws from N(0, Σ), (S, P): Q diag(ev)^-½ ε per block."""
+    def sample(self, n_samples: int, prior: Tensor, c: Tensor, generator=None):
+        """Q diag(ev)^-½ ε per block."""
         parts = []
         for i, ev in enumerate(self.precision_eigvals(prior, c)):
             eps = randn((n_samples, ev.numel()), ev, generator)
@@ -228,18 +213,15 @@ class KronPosterior:
         return torch.cat(parts, dim=1)
 
     def precision(self, prior: Tensor, c: Tensor) -> KronMatrix:
-        """Σ⁻¹ in Kronecker form."""
         return KronMatrix(self, self.precision_eigvals(prior, c))
 
     def covariance(self, prior: Tensor, c: Tensor) -> KronMatrix:
-        """Σ in Kronecker form: the same eigenbases, reciprocal eigenvalues."""
         return KronMatrix(self, [1 / v for v in self.precision_eigvals(prior, c)])
 
 
 class KronMatrix(Operator):
-    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ) in the eigenbases of a
-    :class:`KronPosterior` (its H, Σ⁻¹ or Σ), with the ``logdet()``, ``diag()`` and
-    ``to_matrix(exponent)`` of laplace-torch's ``KronDecomposed``."""
+    """block-diag((Q_B ⊗ Q_A) diag(vₗ) (Q_B ⊗ Q_A)ᵀ) in a :class:`KronPosterior`'s
+    eigenbases (its H, Σ⁻¹ or Σ), with laplace-torch's ``KronDecomposed`` methods."""
 
     def __init__(self, structure: KronPosterior, values: list[Tensor]):
         self.structure, self.values = structure, values
@@ -256,12 +238,10 @@ class KronMatrix(Operator):
         return torch.cat(parts, 1).T.reshape(v.shape)
 
     def logdet(self) -> Tensor:
-        """log det of the matrix: Σ log vₗ, a scalar."""
         return sum(v.log().sum() for v in self.values)
 
     def diag(self, exponent: float = 1) -> Tensor:
-        """The diagonal of the matrix to the power ``exponent``, (P,), block by block
-        without forming any block."""
+        """diag of the matrix to the power ``exponent``, (P,), block by block."""
         parts = []
         for v, (_, QB, _, QA) in zip(self.values, self.structure.eig, strict=True):
             if QA is None:
@@ -274,7 +254,6 @@ class KronMatrix(Operator):
     diagonal = diag
 
     def to_matrix(self, exponent: float = 1) -> Tensor:
-        """The dense (P, P) matrix to the power ``exponent`` (−1: the inverse): for
-        tests and small P only."""
+        """The dense (P, P) matrix to the power ``exponent``: for small P only."""
         powered = KronMatrix(self.structure, [v**exponent for v in self.values])
         return Operator.to_matrix(powered)

@@ -1,27 +1,19 @@
 """A thin ``Laplace`` object composing the module, shaped like laplace-torch's API.
 
-    la = Laplace(model, "regression", subset_of_weights="all", hessian_structure="full",
-                 sigma_noise=0.3, prior_precision=1.0, prior_mean=0.0, temperature=1.0)
+    la = Laplace(model, "regression", sigma_noise=0.3, prior_precision=1.0)
     la.fit(train_loader)
     la.log_marginal_likelihood()          # scalar, differentiable in δ and σ
     f_mu, f_var = la(x, pred_type="glm")  # regression: (N, K), (N, K, K)
     probs = la(x, link_approx="probit")   # classification: (N, C) class probabilities
-    la.sample(100)                        # (100, P)
 
-Likelihoods: ``"regression"`` (Gaussian σ), ``"classification"`` (softmax over K ≥ 2
-logits; integer, one-hot or probability targets) and ``"binary_classification"`` (one
-logit, sigmoid: laplace-torch's two-class softmax with one logit pinned at 0).
-Weights (``subset_of_weights``): ``"all"``, ``"last_layer"`` (the ``nn.Linear`` that
-makes the outputs: the last one in ``model.named_modules()`` or ``last_layer_name``)
-or ``"subnetwork"`` (flat indices ``subnetwork_indices``, full GGN, as laplace-torch's
-``SubnetLaplace``). Structures (``hessian_structure``): ``"full"``, ``"diag"``,
-``"kron"``, ``"lowrank"`` and ``"matfree"``; their options (``rank``, ``n_probes``,
-``evidence_route``, ``one_buffer``, ...) are keyword arguments. **Our defaults**,
-``"all"`` and ``"full"``, differ from laplace-torch's (``"last_layer"``, ``"kron"``).
-
-Everything structure-specific lives in a posterior object (``posterior.py`` protocol;
-``la.structure`` after ``fit``); this class holds the hyperparameters, runs the fit
-loop, and composes the evidence, predictions and tuning from its six methods.
+Likelihoods: ``"regression"``, ``"classification"`` (K ≥ 2 logits; integer, one-hot
+or probability targets), ``"binary_classification"`` (one logit). Weights: ``"all"``,
+``"last_layer"`` (the last ``nn.Linear``, or ``last_layer_name``) or ``"subnetwork"``
+(``subnetwork_indices``, full GGN). Structures: ``structures.STRUCTURES``, their options
+keyword arguments. **Our defaults**, ``"all"`` and ``"full"``, differ from
+laplace-torch's (``"last_layer"``, ``"kron"``). Everything structure-specific lives in
+``la.structure`` (``posterior.Posterior``); this class holds the hyperparameters, runs
+the fit loop and composes the rest from the posterior's six methods.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
@@ -55,6 +47,9 @@ from .structures import STRUCTURES, check_combination, check_options
 from .weights import select_weights
 
 SUBSETS = ("all", "last_layer", "subnetwork")
+# what a state_dict holds beside θ* ("mean") and the posterior's fields ("H")
+STATE = """loss n_data n_outputs input_shape prior_mean prior_precision sigma_noise
+    temperature likelihood subset_of_weights hessian_structure param_sizes""".split()
 
 
 class Laplace:
@@ -85,14 +80,14 @@ class Laplace:
                 "subnetwork_indices go with subset_of_weights='subnetwork', and only "
                 "with it"
             )
-        self.model, self.likelihood = model, likelihood
-        self.subset_of_weights = subset_of_weights
-        self.hessian_structure = hessian_structure
         if last_layer_name is not None and subset_of_weights != "last_layer":
             raise ValueError(
                 "last_layer_name goes with subset_of_weights='last_layer', and only "
                 "with it"
             )
+        self.model, self.likelihood = model, likelihood
+        self.subset_of_weights = subset_of_weights
+        self.hessian_structure = hessian_structure
         self.subnetwork_indices = subnetwork_indices
         self.last_layer_name = last_layer_name
         self.structure_options = structure_options
@@ -113,12 +108,8 @@ class Laplace:
         self.input_shape: tuple[int, ...] | None = None  # of one input, seen in fit
 
     def _select_weights(self):
-        return select_weights(
-            self.model,
-            self.subset_of_weights,
-            self.subnetwork_indices,
-            self.last_layer_name,
-        )
+        subset, indices = self.subset_of_weights, self.subnetwork_indices
+        return select_weights(self.model, subset, indices, self.last_layer_name)
 
     # ----- hyperparameters: validated and converted to θ*'s device and dtype when set
     def _positive_scalar(self, value, name: str) -> Tensor:
@@ -187,12 +178,7 @@ class Laplace:
         return prior_precision_diag(self.prior_precision, self.param_sizes)
 
     # ----- fitting ------------------------------------------------------------------
-    def fit(
-        self,
-        train_loader: DataLoader,
-        override: bool = True,
-        progress_bar: bool = False,
-    ) -> None:
+    def fit(self, train_loader: DataLoader, override=True, progress_bar=False) -> None:
         """Accumulate the curvature (Λ = I for regression) and the loss over the
         (X, y) batches at the model's current weights (θ* is read again, as
         laplace-torch does). ``override=False`` adds them to the previous ``fit`` (not
@@ -265,22 +251,8 @@ class Laplace:
     def state_dict(self) -> dict:
         """θ*, the curvature (``saving.py``), the loss, data counts and hyperparameters
         of a fitted Laplace: tensors and plain values, for ``torch.save``."""
-        return {
-            "mean": self.mean,
-            "H": posterior_state(self.hessian_structure, self._post()),
-            "loss": self.loss,
-            "n_data": self.n_data,
-            "n_outputs": self.n_outputs,
-            "input_shape": self.input_shape,
-            "prior_mean": self.prior_mean,
-            "prior_precision": self.prior_precision,
-            "sigma_noise": self.sigma_noise,
-            "temperature": self.temperature,
-            "likelihood": self.likelihood,
-            "subset_of_weights": self.subset_of_weights,
-            "hessian_structure": self.hessian_structure,
-            "param_sizes": self.param_sizes,
-        }
+        H = posterior_state(self.hessian_structure, self._post())
+        return {"mean": self.mean, "H": H} | {k: getattr(self, k) for k in STATE}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a :meth:`state_dict` of a Laplace like this one; θ* is written into
@@ -324,14 +296,12 @@ class Laplace:
 
     @property
     def posterior_precision(self):
-        """Σ⁻¹ = c·H + diag(p₀): (P, P) for full, (P,) for diag, an object with
-        ``to_matrix()`` otherwise."""
+        """Σ⁻¹: (P, P) for full, (P,) for diag, an operator otherwise."""
         return self._post().precision(self.prior_precision, self._c)
 
     @property
     def posterior_covariance(self):
-        """Σ: (P, P) for full and diag (dense: small P), an object with
-        ``to_matrix()`` otherwise."""
+        """Σ: (P, P) for full and diag (dense: small P), an operator otherwise."""
         return self._post().covariance(self.prior_precision, self._c)
 
     @property
@@ -339,9 +309,7 @@ class Laplace:
         """The marginal variances diag(Σ), (P,)."""
         return self._post().variance(self.prior_precision, self._c)
 
-    def sample(
-        self, n_samples: int = 100, generator: torch.Generator | None = None
-    ) -> Tensor:
+    def sample(self, n_samples: int = 100, generator=None) -> Tensor:
         """θ ~ N(θ*, Σ), (S, P)."""
         check_count("n_samples", n_samples)
         return self.mean + self._post().sample(
@@ -379,11 +347,7 @@ class Laplace:
     def log_det_ratio(self) -> Tensor:
         return self.log_det_posterior_precision - self.log_det_prior_precision
 
-    def log_marginal_likelihood(
-        self,
-        prior_precision: float | Tensor | None = None,
-        sigma_noise: float | Tensor | None = None,
-    ) -> Tensor:
+    def log_marginal_likelihood(self, prior_precision=None, sigma_noise=None) -> Tensor:
         """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀)),
         differentiable in δ and σ; ``prior_precision`` or ``sigma_noise`` are set first
         (as laplace-torch does), both or neither."""
@@ -445,13 +409,8 @@ class Laplace:
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
         check_count("grid_size", grid_size)
-        grid = torch.logspace(
-            log_prior_prec_min,
-            log_prior_prec_max,
-            grid_size,
-            dtype=self.mean.dtype,
-            device=self.mean.device,
-        )
+        like = dict(dtype=self.mean.dtype, device=self.mean.device)
+        grid = torch.logspace(log_prior_prec_min, log_prior_prec_max, grid_size, **like)
         old, scores = self._prior_precision, []
         try:
             for delta in grid:
@@ -464,11 +423,7 @@ class Laplace:
         self.prior_precision = grid[min(range(len(scores)), key=scores.__getitem__)]
 
     def optimize_hyperparameters(
-        self,
-        n_steps: int = 300,
-        lr: float = 0.1,
-        tune_sigma: bool = True,
-        prior_structure: str = "scalar",
+        self, n_steps=300, lr=0.1, tune_sigma=True, prior_structure="scalar"
     ) -> list[float]:
         """Maximise the evidence over δ and (regression) σ by Adam on their logs, from
         the current values; returns the evidence before each step (the values after
@@ -492,9 +447,7 @@ class Laplace:
             setattr(self, name, value)
         return history
 
-    def _validation_nll(
-        self, loader: DataLoader, pred_type: str, link_approx: str, n_samples: int
-    ) -> float:
+    def _validation_nll(self, loader, pred_type, link_approx, n_samples) -> float:
         """Mean negative log predictive density on ``loader`` (regression: Gaussian with
         f_var + σ²)."""
         total, count = 0.0, 0
@@ -535,16 +488,13 @@ class Laplace:
         return jacobian(self.weights.f, self.mean, x)
 
     def _predictive_layers(self) -> list[nn.Module] | None:
-        """The Linear/Conv2d layers of the layer-wise predictive for a posterior with
-        ``layer_blocks`` (its table entry's ``layerwise``); None: per-example
-        Jacobians."""
+        """The Linear/Conv2d layers of the layer-wise predictive (structures whose entry
+        is ``layerwise``: diag, KFAC); None: per-example Jacobians."""
         self._post()
-        if (
-            not STRUCTURES[self.hessian_structure].layerwise
-            or self.weights.module is None
-        ):
+        module = self.weights.module
+        if module is None or not STRUCTURES[self.hessian_structure].layerwise:
             return None
-        return supported_layers(self.weights.module)
+        return supported_layers(module)
 
     def glm_predictive(self, x: Tensor, joint: bool = False) -> tuple[Tensor, Tensor]:
         """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without
@@ -569,13 +519,10 @@ class Laplace:
             )
             return f_mu, f_var
         # few enough inputs for their J to stay small beside a P×P matrix (or CHUNK_CAP)
-        chunk = jacobian_chunk(
-            f_mu.shape[-1], self.n_params, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP
-        )
-        f_var = torch.cat(
-            [self.functional_variance(self.jacobians(xc)) for xc in x.split(chunk)]
-        )
-        return f_mu, f_var
+        K, P = f_mu.shape[-1], self.n_params
+        chunk = jacobian_chunk(K, P, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP)
+        Js = (self.jacobians(xc) for xc in x.split(chunk))
+        return f_mu, torch.cat([self.functional_variance(J) for J in Js])
 
     def __call__(
         self,
@@ -587,13 +534,11 @@ class Laplace:
         joint: bool = False,
         diagonal_output: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """The predictive at inputs x (N, ...). Regression: ``"glm"`` → f_mu (N, K) and
-        f_var = J Σ Jᵀ (N, K, K) without σ² (``diagonal_output``: (N, K); ``joint``:
-        (N·K,), (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
-        Classification: class probabilities (N, C) by ``link_approx`` ("bridge" for
-        softmax only; ``diagonal_output``: MC over a diagonal f_var), or the mean
-        softmax (sigmoid) over sampled networks (``"nn"``); ``joint`` is refused (the
-        joint Gaussian over the logits: ``glm_predictive(x, joint=True)``)."""
+        """The predictive at x (N, ...). Regression: ``"glm"`` → f_mu (N, K), f_var
+        (N, K, K) without σ² (``diagonal_output``: (N, K); ``joint``: (N·K,),
+        (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
+        Classification: class probabilities (N, C) by ``link_approx`` or over sampled
+        networks; ``joint`` is refused (see ``glm_predictive(x, joint=True)``)."""
         check_choice("pred_type", pred_type, ("glm", "nn"))
         check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
@@ -604,11 +549,9 @@ class Laplace:
                 "probabilities have none: use la.glm_predictive(x, joint=True) for the "
                 "joint Gaussian over the logits"
             )
-        if pred_type == "nn":  # (glm_predictive checks x itself)
-            self._check_x(x)
-            return self._lik.nn_link(
-                nn_samples(self.weights.f, x, self.sample(n_samples, generator))
-            )
+        if pred_type == "nn":
+            f = self.functional_samples(x, "nn", n_samples, generator=generator)
+            return self._lik.nn_link(f)
         f_mu, f_var = self.glm_predictive(x, joint=joint)
         if diagonal_output and not joint:
             f_var = f_var.diagonal(dim1=-2, dim2=-1)
@@ -616,21 +559,14 @@ class Laplace:
                 f_var = torch.diag_embed(f_var)
         return self._lik.link(f_mu, f_var, link_approx, n_samples, generator)
 
-    def glm_samples(
-        self, x: Tensor, n_samples: int = 100, generator: torch.Generator | None = None
-    ) -> Tensor:
+    def glm_samples(self, x: Tensor, n_samples: int = 100, generator=None) -> Tensor:
         """Outputs of the linearised network at posterior samples, (S, N, K)."""
         return linearized_samples(
             self.weights.f, self.mean, x, self.sample(n_samples, generator)
         )
 
     def functional_samples(
-        self,
-        x: Tensor,
-        pred_type: str = "glm",
-        n_samples: int = 100,
-        diagonal_output: bool = False,
-        generator: torch.Generator | None = None,
+        self, x, pred_type="glm", n_samples=100, diagonal_output=False, generator=None
     ) -> Tensor:
         """Samples of the outputs f at x, (S, N, K), as laplace-torch's: ``"glm"`` from
         N(f_mu, f_var) per input (diagonal with ``diagonal_output``), ``"nn"`` the
@@ -646,12 +582,7 @@ class Laplace:
         return gaussian_samples(f_mu, f_var, n_samples, generator)
 
     def predictive_samples(
-        self,
-        x: Tensor,
-        pred_type: str = "glm",
-        n_samples: int = 100,
-        diagonal_output: bool = False,
-        generator: torch.Generator | None = None,
+        self, x, pred_type="glm", n_samples=100, diagonal_output=False, generator=None
     ) -> Tensor:
         """:meth:`functional_samples` through the inverse link: class probabilities
         (S, N, C) (C = 2 for one logit), or the outputs (S, N, K) for regression."""

@@ -1,17 +1,15 @@
 """The GLM predictive layer by layer: J Σ Jᵀ without per-example Jacobians.
 
 The diagonal and KFAC posteriors are block-diagonal over parameter tensors, each block
-Σ_W = (Q_B ⊗ Q_A) diag(v) (Q_B ⊗ Q_A)ᵀ (KFAC: the eigenbases of B and A; diagonal:
-Q_B = Q_A = I, v the variances), v read as an (out, in) matrix. For a Linear layer
-z = W a + b the Jacobian of fₖ with respect to W is gₖ aᵀ (``layers.py``: gₖ = ∂fₖ/∂z),
-and (Q_B ⊗ Q_A)ᵀ (gₖ ⊗ a) = (Q_Bᵀgₖ) ⊗ (Q_Aᵀa), so
+Σ_W = (Q_B ⊗ Q_A) diag(v) (Q_B ⊗ Q_A)ᵀ (diagonal: Q_B = Q_A = I), v read as an
+(out, in) matrix. For z = W a + b the Jacobian of fₖ for W is gₖ aᵀ (``layers.py``:
+gₖ = ∂fₖ/∂z), and (Q_B ⊗ Q_A)ᵀ (gₖ ⊗ a) = (Q_Bᵀgₖ) ⊗ (Q_Aᵀa), so
 
     (J Σ Jᵀ)ₖₗ from W = Σₒ uₖₒ uₗₒ wₒ,   u = Q_Bᵀ g (K, out),   w = v (Q_Aᵀ a)² (out,),
 
-O(out·in + K·out² + in²) per input and layer (a bias: a = 1). A Conv2d (groups = 1) or
-a Linear on (n, ..., in) shares W over T positions: its Jacobian Σₜ gₖₜ uₜᵀ is formed
-per chunk of inputs and Σ_W applied in the same eigenbasis. The g come from K backward
-passes per batch and the a from forward hooks. Other layers: ``Laplace`` uses J.
+O(out·in + K·out² + in²) per input and layer (a bias: a = 1). A Conv2d or a Linear on
+(n, ..., in) shares W over T positions: its Jacobian Σₜ gₖₜ uₜᵀ is formed per chunk of
+inputs. Other layers: ``Laplace`` uses J.
 
 Shapes: n inputs, K outputs, P parameters, T output positions.
 """
@@ -87,22 +85,15 @@ def _layer_variance(m: nn.Module, a: Tensor, g: Tensor, blocks: list) -> Tensor:
 
 
 def glm_variance(
-    forward: Callable[[Tensor], Tensor],
-    model: nn.Module,
-    layers: list[nn.Module],
-    X: Tensor,
-    blocks: list[LayerBlock],
+    forward: Callable[[Tensor], Tensor], model, layers, X: Tensor, blocks: list
 ) -> tuple[Tensor, Tensor]:
-    """f_mu (n, K) and f_var = J Σ Jᵀ (n, K, K) at inputs X (f_var keeps the graph of
-    the blocks, e.g. of δ), for a posterior with one :class:`LayerBlock` per trainable
-    parameter tensor of ``layers`` (Linear and Conv2d holding every trainable parameter
-    of ``model``), in ``model.parameters()`` order. ``forward`` is the network at θ*
-    with each layer's output requiring gradients; it runs once per chunk of inputs."""
+    """f_mu (n, K) and f_var = J Σ Jᵀ (n, K, K) at inputs X (differentiable in the
+    blocks, e.g. in δ) for one :class:`LayerBlock` per trainable parameter tensor of
+    ``layers`` (holding all of ``model``'s), in ``model.parameters()`` order.
+    ``forward``: the network at θ* with each layer's output requiring gradients."""
     sizes = [sum(p.requires_grad for p in m.parameters(recurse=False)) for m in layers]
     if sum(sizes) != len(blocks):
-        raise ValueError(
-            f"{len(blocks)} posterior blocks for {sum(sizes)} parameter tensors"
-        )
+        raise ValueError(f"{len(blocks)} posterior blocks for {sum(sizes)} tensors")
     it = iter(blocks)
     per_layer = [[next(it) for _ in range(n)] for n in sizes]
     chunk = _chunk(model, layers, X)

@@ -1,12 +1,10 @@
 """The layer structure of a network: curvature that never forms per-example Jacobians.
 
 For a layer z = W a + b, pull every column sₙ꜀ (K,) of Λₙ^½ back to the layer's output:
-gₙ꜀ = Jzₙᵀ sₙ꜀ (out,), Jzₙ = ∂f(xₙ)/∂zₙ (K, out). Since Λₙ = Σ꜀ sₙ꜀ sₙ꜀ᵀ and Jₙᵀ sₙ꜀
-restricted to W is the outer product gₙ꜀ aₙᵀ, the GGN of the layer's weights is a sum
-of products of these two small vectors. K backward passes of Σₙ sₙ꜀ᵀ f(xₙ) give every
-layer's g for a batch, and one forward pass with hooks every layer's a: KFAC
-(``kron.py``) and the exact diagonal (``diag.py``) are built from them. A Conv2d
-(groups = 1) is a Linear layer on the unfolded patch at each output position.
+gₙ꜀ = Jzₙᵀ sₙ꜀ (out,), Jzₙ = ∂f(xₙ)/∂zₙ (K, out). Restricted to W, Jₙᵀ sₙ꜀ = gₙ꜀ aₙᵀ, so
+the layer's GGN is a sum of products of two small vectors: K backward passes give every
+g, one forward pass with hooks every a (KFAC in ``kron.py``, the exact diagonal in
+``diag.py``). A Conv2d is a Linear layer on the unfolded patch at each output position.
 
 Shapes: N examples (n in a batch), K outputs, T output positions.
 """
@@ -22,7 +20,6 @@ from torch.nn import functional as F
 
 from .curvature import symmetric_sqrt
 from .functional import backward_hooks_off
-from .likelihoods import Likelihood
 
 LAYERS = (nn.Linear, nn.Conv2d)
 
@@ -38,8 +35,7 @@ def supported_layers(model: nn.Module) -> list[nn.Module] | None:
 
 
 def conv_padding(m: nn.Conv2d) -> tuple[int, int]:
-    """The Conv2d's zero padding as integers (``"same"`` only where it pads both sides
-    equally)."""
+    """The Conv2d's zero padding as integers (``"same"`` only if symmetric)."""
     if m.groups != 1 or m.padding_mode != "zeros":
         raise NotImplementedError(
             "layer-wise curvature supports Conv2d with groups=1 and zero padding"
@@ -67,20 +63,15 @@ def unfold(m: nn.Conv2d, x: Tensor) -> Tensor:
 @dataclass
 class Backprop:
     """One batch through the network: the outputs ``f`` (n, K), ``inputs[i]`` layer
-    i's input a (detached) and ``grads[c][i]`` the column gₙ꜀ at layer i's output,
-    shaped like it ((n, out) for a Linear on (n, in), (n, out, h, w) for a Conv2d)."""
+    i's input a (detached) and ``grads[c][i]`` the gₙ꜀ at layer i's output, shaped
+    like it."""
 
     f: Tensor
     inputs: list[Tensor]
     grads: list[list[Tensor]]
 
 
-def forward_with_hooks(
-    forward: Callable[[Tensor], Tensor],
-    model: nn.Module,
-    layers: list[nn.Module],
-    X: Tensor,
-) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+def forward_with_hooks(forward: Callable[[Tensor], Tensor], model, layers, X: Tensor):
     """``forward(X)`` (``model`` or a functional call of it) with hooks on ``layers``:
     the outputs f (n, K), each layer's input (detached) and output z (in the graph)."""
     inputs: dict[nn.Module, Tensor] = {}
@@ -99,9 +90,7 @@ def forward_with_hooks(
     return f, [inputs[m] for m in layers], [outputs[m] for m in layers]
 
 
-def pull_back(
-    f: Tensor, zs: list[Tensor], S: Tensor | None = None
-) -> list[list[Tensor]]:
+def pull_back(f: Tensor, zs: list[Tensor], S: Tensor | None = None):
     """``grads[c][i]``: Σₙ sₙ꜀ᵀ f(xₙ) differentiated with respect to layer i's output
     zs[i], whose row n is gₙ꜀ = Jzₙᵀ sₙ꜀. S (n, K, K) holds the columns sₙ꜀; None
     means the unit vectors, so that gₙₖ = ∂fₖ(xₙ)/∂zₙ. One backward pass per column."""
@@ -114,9 +103,7 @@ def pull_back(
         ]
 
 
-def backprop_output_hessian_sqrt(
-    model: nn.Module, layers: list[nn.Module], X: Tensor, likelihood: Likelihood
-) -> Backprop:
+def backprop_output_hessian_sqrt(model, layers, X: Tensor, likelihood) -> Backprop:
     """One forward pass of X with hooks on ``layers``, then K backward passes of the
     columns of Λ^½."""
     f, inputs, zs = forward_with_hooks(model, model, layers, X)

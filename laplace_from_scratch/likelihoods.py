@@ -1,16 +1,11 @@
-"""Likelihoods: the negative log-likelihood and its Hessian Λ with respect to the
-outputs.
-
-For the *summed* loss over the data, as in laplace-torch: Gaussian noise σ
-(regression, Λ = I/σ²), a softmax over K logits (classification, Λ = diag(p) − p pᵀ)
-and one logit with a sigmoid (binary classification, Λ = σ(f)(1 − σ(f))). The last is
-the two-class softmax with the first logit pinned at 0 (softmax([0, f])₁ = σ(f)): the
-tests compare against laplace-torch 0.3, which has no binary likelihood, that way.
+"""Likelihoods: the negative log-likelihood of the *summed* loss (as laplace-torch) and
+its Hessian Λ with respect to the outputs: Gaussian noise σ (regression, Λ = I/σ²), a
+softmax over K logits (classification, Λ = diag(p) − p pᵀ) and one logit with a sigmoid
+(binary, Λ = σ(f)(1 − σ(f)): the two-class softmax with the first logit pinned at 0).
 
 Each likelihood also owns what the rest of the module needs to know about it, so that
-nothing else switches on its name: ``fit_loss`` (the part c = 1/(σ²T) scales),
-``log_normaliser``, ``mean_loss`` and ``prior_precision_per_weight_decay``, the
-predictive links ``link`` and ``nn_link``, and the validation score ``predictive_nll``.
+nothing switches on its name: the loss c = 1/(σ²T) scales, its constant, the mean loss
+and δ per unit of weight decay, the predictive links and the validation score.
 
 Shapes: N examples, K outputs, C classes, S samples.
 """
@@ -51,11 +46,9 @@ class Gaussian:
     def nll(self, f: Tensor, y: Tensor) -> Tensor:
         """Summed negative log-likelihood. f, y: (N, K) → scalar."""
         _check_regression(f, y)
-        s2 = self.sigma_noise**2
-        n_terms = f.numel()
-        return 0.5 * ((y - f) ** 2).sum() / s2 + n_terms * math.log(
-            self.sigma_noise * math.sqrt(2 * math.pi)
-        )
+        sigma = self.sigma_noise
+        log_norm = math.log(sigma * math.sqrt(2 * math.pi))
+        return 0.5 * ((y - f) ** 2).sum() / sigma**2 + f.numel() * log_norm
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example. f: (N, K) → (N, K, K)."""
@@ -71,29 +64,24 @@ class Gaussian:
     has_noise = True
 
     def fit_loss(self, f: Tensor, y: Tensor) -> Tensor:
-        """½ Σ ‖y − f‖²: the Gaussian NLL at σ = 1 without its constant (c = 1/(σ²T)
-        scales it)."""
+        """½ Σ ‖y − f‖²: the NLL at σ = 1 less its constant (c = 1/(σ²T) scales it)."""
         _check_regression(f, y)
         return 0.5 * ((y - f) ** 2).sum()
 
     def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
-        """N·K·log(σ√2π), the constant of the summed Gaussian NLL over ``n_terms`` = N·K
-        entries."""
+        """N·K·log(σ√2π), the NLL's constant over ``n_terms`` = N·K entries."""
         return n_terms * torch.log(sigma_noise * math.sqrt(2 * math.pi))
 
     def mean_loss(self, f: Tensor, y: Tensor) -> Tensor:
         """``nn.MSELoss()``: the mean over all N·K entries."""
         return F.mse_loss(f, y)
 
-    def prior_precision_per_weight_decay(
-        self, n_data: int, n_outputs: int, sigma_noise: float
-    ) -> float:
+    def prior_precision_per_weight_decay(self, n_data, n_outputs, sigma_noise) -> float:
         """δ = N·K/(2σ²) per unit of weight decay (the MSE averages N·K entries)."""
         return n_data * n_outputs / (2 * sigma_noise**2)
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
-        """The GLM predictive of f itself: (f_mu (N, K), f_var (N, K, K)), f_var without
-        σ²."""
+        """The GLM predictive of f itself: f_mu (N, K), f_var (N, K, K) without σ²."""
         return f_mu, f_var
 
     def inverse_link(self, f: Tensor) -> Tensor:
@@ -115,8 +103,7 @@ class Gaussian:
 
 
 class _Classification:
-    """What the two classification likelihoods share: no noise and no constant,
-    δ = N·wd, and the predictive NLL of class probabilities."""
+    """What the classification likelihoods share: no noise, no constant, δ = N·wd."""
 
     has_noise = False
 
@@ -127,17 +114,13 @@ class _Classification:
     def log_normaliser(self, n_terms: int, sigma_noise: Tensor) -> Tensor:
         return sigma_noise.new_zeros(())
 
-    def prior_precision_per_weight_decay(
-        self, n_data: int, n_outputs: int, sigma_noise: float
-    ) -> float:
+    def prior_precision_per_weight_decay(self, n_data, n_outputs, sigma_noise) -> float:
         """δ = N per unit of weight decay: the mean cross-entropy is over N examples."""
         return float(n_data)
 
-    def predictive_nll(
-        self, probs: Tensor, y: Tensor, sigma_noise: Tensor | None = None
-    ) -> Tensor:
-        """Σ −log p(y) of class probabilities (N, C), p clamped at the dtype's smallest
-        normal number (probability targets (N, C): the cross-entropy −Σ y log p)."""
+    def predictive_nll(self, probs: Tensor, y: Tensor, sigma_noise=None) -> Tensor:
+        """Σ −log p(y) of class probabilities (N, C) clamped at the smallest normal
+        number (probability targets (N, C): −Σ y log p)."""
         logp = probs.clamp(min=torch.finfo(probs.dtype).tiny).log()
         if not (y.is_floating_point() and y.ndim == 2):  # else (N, C) probability rows
             _check_labels(y, probs.shape[1])
@@ -173,8 +156,7 @@ class Categorical(_Classification):
         return F.cross_entropy(f, y)
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
-        """Class probabilities (N, K) of the Gaussian over the logits, by
-        ``link_approx``."""
+        """Class probabilities (N, K) of the Gaussian logits, by ``link_approx``."""
         check_choice("link_approx", link_approx, LINKS)
         if link_approx == "probit":
             return probit(f_mu, f_var)
@@ -198,12 +180,10 @@ class Bernoulli(_Classification):
     name = "binary_classification"
 
     def nll(self, f: Tensor, y: Tensor) -> Tensor:
-        """Summed binary cross-entropy. f: (N, 1) logits, y: (N,) labels in {0, 1} →
-        scalar."""
+        """Summed binary cross-entropy. f: (N, 1) logits, y: (N,) labels in {0, 1}."""
         _check_binary(f, y)
-        return F.binary_cross_entropy_with_logits(
-            f[:, 0], y.to(f.dtype), reduction="sum"
-        )
+        y = y.to(f.dtype)
+        return F.binary_cross_entropy_with_logits(f[:, 0], y, reduction="sum")
 
     def output_hessian(self, f: Tensor) -> Tensor:
         """Λₙ = σ(fₙ)(1 − σ(fₙ)). f: (N, 1) → (N, 1, 1)."""
@@ -221,8 +201,7 @@ class Bernoulli(_Classification):
         return F.binary_cross_entropy_with_logits(f[:, 0], y.to(f.dtype))
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
-        """Class probabilities (N, 2) of the Gaussian over the one logit, by
-        ``link_approx``."""
+        """Class probabilities (N, 2) of the Gaussian logit, by ``link_approx``."""
         check_choice("link_approx", link_approx, LINKS)
         if link_approx.startswith("bridge"):
             raise ValueError(
@@ -245,9 +224,7 @@ class Bernoulli(_Classification):
 Likelihood = Gaussian | Categorical | Bernoulli
 
 
-def get_likelihood(
-    likelihood: str | Likelihood, sigma_noise: float = 1.0
-) -> Likelihood:
+def get_likelihood(likelihood: str | Likelihood, sigma_noise: float = 1.0):
     """``"regression"`` → Gaussian(σ), ``"classification"`` → Categorical,
     ``"binary_classification"`` → Bernoulli; likelihood objects pass through."""
     if isinstance(likelihood, Gaussian | Categorical | Bernoulli):

@@ -1,17 +1,14 @@
-"""Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ, plus the
-diagonal prior.
-
-The spectrum of the GGN (rank ≤ N·K) usually decays fast (notebook 07a). Keeping the k
-largest eigenpairs, found by Lanczos on GGN-vector products (``matfree.py``), gives
-Σ⁻¹ = c·V diag(λ) Vᵀ + D, D = diag(p₀). Write Σ⁻¹ = D^½ (I + W Wᵀ) D^½ with
-W = D^-½ V diag(cλ)^½ (P × k); with Wᵀ W = E diag(s) Eᵀ, U = W E s^-½ is orthonormal and
+"""Low-rank Laplace: the top-k eigenpairs of the GGN, H ≈ V diag(λ) Vᵀ (Lanczos on
+GGN-vector products, ``matfree.py``; its spectrum decays fast, notebook 07a), plus the
+diagonal prior D = diag(p₀). With Σ⁻¹ = D^½ (I + W Wᵀ) D^½, W = D^-½ V diag(cλ)^½
+(P × k), and Wᵀ W = E diag(s) Eᵀ, U = W E s^-½ is orthonormal and
 
     log det Σ⁻¹ = Σ log dᵢ + log det(I_k + Wᵀ W),
     Σ           = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½,
 
-in O(P·k²) for any diagonal prior. Along the P − k directions it drops, the posterior
-is the prior. laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the
-*Hessian* (through ``asdfghjkl``), not of the GGN: they differ by the residual term.
+in O(P·k²). Along the P − k dropped directions the posterior is the prior.
+laplace-torch's ``LowRankLaplace`` takes the top eigenpairs of the *Hessian*
+(``asdfghjkl``), not of the GGN: they differ by the residual term.
 
 Shapes: P parameters, k the rank, N inputs, K outputs, S samples.
 """
@@ -30,9 +27,7 @@ from .operators import Operator, per_row
 from .posterior import prior_precision_diag
 
 
-def top_eigenpairs(
-    matvec: MatVec, v0: Tensor, k: int, n_iter: int
-) -> tuple[Tensor, Tensor]:
+def top_eigenpairs(matvec: MatVec, v0: Tensor, k: int, n_iter: int):
     """The k largest eigenpairs (λ (k,), V (P, k)) of a symmetric PSD operator from
     ``n_iter`` Lanczos steps started at v0; eigenvalues below 1e-12·λ_max dropped."""
     T, Q = lanczos(matvec, v0, n_iter)
@@ -44,10 +39,9 @@ def top_eigenpairs(
 
 
 class LowRankGGN(MatfreeGGN):
-    """Builder: ``update(X)`` stores each batch (as :class:`MatfreeGGN`); ``finish()``
-    runs ``n_iter`` Lanczos steps (default min(P, 2·rank + 20), from a fixed-seed start)
-    on the GGN of all of them: a :class:`LowRankPosterior` of rank ``rank``. Eigenpairs
-    do not add up, so a fit cannot be continued (``can_update = False``)."""
+    """Stores the batches (:class:`MatfreeGGN`); ``finish()`` runs ``n_iter`` Lanczos
+    steps (default min(P, 2·rank + 20), fixed-seed start) on their GGN. Eigenpairs do
+    not add up: a fit cannot be continued."""
 
     can_update = False
 
@@ -66,18 +60,11 @@ class LowRankGGN(MatfreeGGN):
 
 
 class LowRankMatrix(Operator):
-    """Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½ from :meth:`LowRankPosterior._whitened`, or with
+    """Σ⁻¹ = D^½ (I + U diag(s) Uᵀ) D^½ (:meth:`LowRankPosterior._whitened`), or with
     ``inverse=True`` Σ = D^-½ (I + U diag(1/(1 + s) − 1) Uᵀ) D^-½, in O(P·k);
-    ``log_det()`` gives log det Σ⁻¹ (:meth:`LowRankPosterior.log_det`)."""
+    ``log_det()`` gives log det Σ⁻¹."""
 
-    def __init__(
-        self,
-        d: Tensor,
-        U: Tensor,
-        s: Tensor,
-        log_det: Callable[[], Tensor],
-        inverse: bool = False,
-    ):
+    def __init__(self, d, U: Tensor, s, log_det: Callable[[], Tensor], inverse=False):
         self.d, self.U, self.inverse = d, U, inverse
         self.middle = (1 / (1 + s) - 1) if inverse else s
         self._log_det = log_det
@@ -98,8 +85,8 @@ class LowRankMatrix(Operator):
 
 
 class LowRankPosterior:
-    """The :class:`~laplace_from_scratch.posterior.Posterior` protocol for H ≈ V diag(λ)
-    Vᵀ; ``H`` is (V (P, k), λ (k,)), as laplace-torch's ``LowRankLaplace.H``."""
+    """The ``posterior.Posterior`` protocol for H ≈ V diag(λ) Vᵀ; ``H`` is (V (P, k),
+    λ (k,)), as laplace-torch's ``LowRankLaplace.H``."""
 
     def __init__(self, V: Tensor, eigvals: Tensor, param_sizes: list[int]):
         self.V, self.eigvals, self.param_sizes = V, eigvals, list(param_sizes)
@@ -137,9 +124,7 @@ class LowRankPosterior:
         JU = Jt @ U  # (N, K, k)
         return Jt @ Jt.mT + (JU * (1 / (1 + s) - 1)) @ JU.mT
 
-    def sample(
-        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
-    ) -> Tensor:
+    def sample(self, n_samples: int, prior: Tensor, c: Tensor, generator=None):
         d, U, s = self._whitened(prior, c)
         eps = randn((n_samples, self.n_params), self.V, generator)
         return (eps + ((eps @ U) * ((1 + s).rsqrt() - 1)) @ U.T) / d.sqrt()

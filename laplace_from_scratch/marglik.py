@@ -6,12 +6,9 @@ Integrating the Gaussian approximation of the log joint over θ gives the eviden
              = log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹
                                   + (θ* − μ₀)ᵀ Σ₀⁻¹ (θ* − μ₀)),
 
-the second form (laplace-torch's) after writing out the Gaussian prior: its (2π)^P/2
-cancels (P is the number of parameters, Σ₀⁻¹ = diag(p₀) the prior precision and
-Σ⁻¹ = H/(σ²T) + Σ₀⁻¹ the posterior precision). It is a differentiable function of the
-prior precision δ (through Σ₀⁻¹ and Σ⁻¹) and of the noise σ (through the likelihood term
-and Σ⁻¹), so we maximise it by gradient ascent on log δ and log σ, which keeps both
-positive.
+the second form (laplace-torch's) once the Gaussian prior's (2π)^P/2 cancels
+(Σ₀⁻¹ = diag(p₀), Σ⁻¹ = c·H + Σ₀⁻¹). It is differentiable in δ and σ, so we maximise it
+by gradient ascent on log δ and log σ, which keeps both positive.
 
 Shapes: P parameters.
 """
@@ -24,32 +21,22 @@ import torch
 from torch import Tensor
 
 
-def laplace_evidence(
-    log_likelihood: Tensor,
-    log_det_posterior: Tensor,
-    log_det_prior: Tensor,
-    scatter: Tensor,
-) -> Tensor:
-    """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀)), a
-    scalar."""
+def laplace_evidence(log_likelihood, log_det_posterior, log_det_prior, scatter):
+    """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀))."""
     return log_likelihood - 0.5 * (log_det_posterior - log_det_prior + scatter)
 
 
 class LogAdam:
-    """Adam on the logs of positive hyperparameters (which keeps them positive):
-    ``logs`` maps argument names to log values (tensors of any shape, on any device).
-    :meth:`step` takes one step on an objective to maximise, the one loop that
+    """Adam on the logs of positive hyperparameters (``logs``: name → log value, any
+    shape): :meth:`step` takes one step up an objective, the one loop that
     :func:`maximize_on_logs` and ``marglik_training`` share."""
 
     def __init__(self, logs: dict[str, Tensor], lr: float = 0.1):
         self.logs = {
             k: v.detach().clone().requires_grad_(True) for k, v in logs.items()
         }
-        self.opt, self.lr, self.n_steps = (
-            torch.optim.Adam(self.logs.values(), lr),
-            lr,
-            0,
-        )
+        self.opt = torch.optim.Adam(self.logs.values(), lr)
+        self.lr, self.n_steps = lr, 0
         self.last: dict[str, Tensor] = {}  # the values of the last step's objective
 
     def values(self) -> dict[str, Tensor]:
@@ -82,16 +69,10 @@ class LogAdam:
         return value.item()
 
 
-def maximize_on_logs(
-    objective: Callable[..., Tensor],
-    init: dict[str, Tensor],
-    n_steps: int = 100,
-    lr: float = 0.1,
-) -> tuple[dict[str, Tensor], list[float]]:
-    """Maximise ``objective(**{name: value})`` by Adam on the logs of the values
-    (:class:`LogAdam`), from ``init`` (positive values); returns the final values
-    (detached) and the objective before each step. This is laplace-torch's scheme for δ
-    (Adam, lr 0.1, 100 steps) extended to any set of positive hyperparameters."""
+def maximize_on_logs(objective: Callable[..., Tensor], init: dict, n_steps=100, lr=0.1):
+    """Maximise ``objective(**{name: value})`` by :class:`LogAdam` from ``init``
+    (laplace-torch's scheme for δ, for any positive hyperparameters); returns the final
+    values (detached) and the objective before each step."""
     adam = LogAdam({k: v.detach().log() for k, v in init.items()}, lr)
     history = [adam.step(objective) for _ in range(n_steps)]
     return adam.values(), history

@@ -1,18 +1,13 @@
-"""Learning the prior precision δ (and the noise σ) while training: online marginal
-likelihood (Immer et al., 2021, Algorithm 1), with laplace-torch 0.3's call shape.
-
-Every epoch the network takes SGD steps on the mean loss plus the prior's weight decay
-at the current δ and σ,
+"""Learning δ (and σ) while training: online marginal likelihood (Immer et al., 2021,
+Algorithm 1), with laplace-torch 0.3's call shape. Every epoch the network takes
+optimiser steps on the mean loss plus the prior's weight decay at the current δ and σ,
 
     loss = mean_loss(f, y) + ½ θᵀ diag(δ) θ / (N·κ),   κ = T/(2σ²) (regression), T,
 
-κ the factor that turns the summed negative log-likelihood (at temperature T) into the
-mean loss, as laplace-torch scales it (not the c = 1/(σ²T) of Σ⁻¹); and every
-``marglik_frequency`` epochs after the burn-in a Laplace approximation is fitted at the
-current weights and ``n_hypersteps`` Adam steps (``marglik.LogAdam``, one optimiser for
-the whole run) go to log δ and log σ on the negative evidence. The weights, δ and σ of
-the best evidence are returned with their Laplace. Shapes: N examples, P parameters in
-``n`` trainable tensors.
+κ turning the summed NLL at temperature T into the mean loss (laplace-torch's scaling;
+not the c = 1/(σ²T) of Σ⁻¹); every ``marglik_frequency`` epochs after the burn-in a
+Laplace is fitted and ``n_hypersteps`` steps of one ``marglik.LogAdam`` go to log δ and
+log σ. The weights, δ and σ of the best evidence are returned with their Laplace.
 """
 
 from __future__ import annotations
@@ -54,19 +49,14 @@ def marglik_training(
     fix_sigma_noise: bool = False,
     progress_bar: bool = False,
 ) -> tuple[Laplace, nn.Module, list[float], list[float]]:
-    """Train ``model`` and its hyperparameters together; returns ``(la, model, margliks,
-    losses)`` as laplace-torch does: the Laplace fitted at the best evidence, the model
-    with those weights (the same object, trained in place), the negative evidence after
-    every hyperparameter step and the mean training loss of every epoch.
-
-    ``backend`` is accepted so that laplace-torch scripts run unchanged (its README
-    passes ``BackPackGGN``) and is not used: the curvature is always this module's GGN.
-    ``prior_structure``: one δ ("scalar"), one per trainable tensor ("layerwise") or one
-    per parameter ("diag"). Weight decay in ``optimizer_kwargs`` is set to 0 with a
-    warning (the prior is the weight decay). σ is learned for regression unless
-    ``fix_sigma_noise``. ``scheduler_cls(optimizer, **scheduler_kwargs)`` steps after
-    every batch. On an error the model's weights are restored.
-    """
+    """Train ``model`` and its hyperparameters together; returns, as laplace-torch,
+    ``(la, model, margliks, losses)``: the Laplace at the best evidence, the model with
+    those weights (trained in place), the negative evidence after every hyperstep and
+    the mean training loss of every epoch. ``backend`` is accepted (laplace-torch's
+    README passes one) and unused. ``prior_structure``: "scalar", "layerwise" or "diag".
+    Weight decay in ``optimizer_kwargs`` is set to 0 with a warning; σ is learned for
+    regression unless ``fix_sigma_noise``; the scheduler steps after every batch. On an
+    error the model's weights are restored."""
     check_choice("likelihood", likelihood, NAMES)
     check_choice("hessian_structure", hessian_structure, tuple(STRUCTURES))
     check_choice("prior_structure", prior_structure, PRIOR_KINDS)
@@ -89,11 +79,8 @@ def marglik_training(
         raise ValueError("the model has no trainable parameters")
     optimizer_kwargs = dict(optimizer_kwargs or {})  # the caller's dict stays as it is
     if optimizer_kwargs.get("weight_decay"):
-        warnings.warn(
-            "weight_decay is the prior precision here, learned by the evidence: "
-            "set to 0",
-            stacklevel=2,
-        )
+        msg = "weight_decay is the prior precision here, learned by the evidence: "
+        warnings.warn(msg + "set to 0", stacklevel=2)
         optimizer_kwargs["weight_decay"] = 0.0
     optimizer = optimizer_cls(model.parameters(), **optimizer_kwargs)
     scheduler = scheduler_cls and scheduler_cls(optimizer, **(scheduler_kwargs or {}))
@@ -107,17 +94,11 @@ def marglik_training(
         logs["sigma_noise"] = torch.full((1,), log_sigma, **like_params)
     hyper = LogAdam(logs, lr_hyp)
     # laplace-torch reads len(train_loader.dataset); any iterable of batches works here
-    N = (
-        len(train_loader.dataset)
-        if hasattr(train_loader, "dataset")
-        else sum(len(b[1]) for b in train_loader)
-    )
+    dataset = getattr(train_loader, "dataset", None)
+    N = len(dataset) if dataset is not None else sum(len(b[1]) for b in train_loader)
     fixed_sigma = sigma_noise_init if likelihood == "regression" else 1.0
-    like, sizes, T = (
-        get_likelihood(likelihood),
-        [p.numel() for p in params],
-        temperature,
-    )
+    like, sizes = get_likelihood(likelihood), [p.numel() for p in params]
+    T = temperature
     margliks: list[float] = []
     losses: list[float] = []
     best: dict = {"neg_evidence": math.inf}  # and the weights and hyperparameters of it

@@ -1,12 +1,10 @@
 """Matrix-free Laplace: never form the P×P GGN, only products with it.
 
-A GGN-vector product is one JVP J v, the output Hessian Λ J v and one VJP Jᵀ(Λ J v):
-about two passes over the data, and memory O(P) instead of O(P²). From the products
-Σ⁻¹ v = c·G v + p₀ ⊙ v (c = 1/(σ²T)) we get Σ b by conjugate gradients (J Σ Jᵀ at a
-few inputs); log det Σ⁻¹ = E[zᵀ log(Σ⁻¹) z] (Rademacher z) by stochastic Lanczos
-quadrature, zᵀ log(Σ⁻¹) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ from the eigenpairs (θⱼ, τⱼ = first
-components) of the Lanczos tridiagonal matrix started at z; and samples θ* + Σ^½ ε,
-Σ^½ ε ≈ ‖ε‖ Q T^{-½} e₁, from the same Lanczos process.
+A GGN-vector product is one JVP J v, Λ J v and one VJP Jᵀ(Λ J v): about two passes
+over the data and O(P) memory. From Σ⁻¹ v = c·G v + p₀ ⊙ v: Σ b by conjugate gradients
+(J Σ Jᵀ); log det Σ⁻¹ = E[zᵀ log(Σ⁻¹) z] (Rademacher z) by stochastic Lanczos
+quadrature, zᵀ log(Σ⁻¹) z ≈ ‖z‖² Σⱼ τⱼ² log θⱼ (eigenpairs of the Lanczos tridiagonal
+T started at z, τⱼ their first components); samples Σ^½ ε ≈ ‖ε‖ Q T^{-½} e₁.
 
 Shapes: N examples, K outputs, P parameters.
 """
@@ -33,25 +31,16 @@ MatVec = Callable[[Tensor], Tensor]
 
 
 def ggn_vector_product(
-    f: Functional,
-    theta: Tensor,
-    X: Tensor,
-    likelihood: Likelihood,
-    v: Tensor,
-    batch_size: int = 1024,
+    f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, v, batch_size=1024
 ) -> Tensor:
     """G v = Σₙ Jₙᵀ Λₙ Jₙ v by one JVP and one VJP per batch, without forming J or G.
-
-    v: (P,) → (P,), or (P, R) → (P, R) for R vectors at once (``torch.func.vmap`` over
-    the columns).
-    """
+    v: (P,) → (P,), or (P, R) → (P, R) (``torch.func.vmap`` over the columns)."""
     if v.ndim == 2:
         return vmap(
             lambda c: ggn_vector_product(f, theta, X, likelihood, c, batch_size), 1, 1
         )(v)
     out = torch.zeros_like(theta)
-    for start in range(0, X.shape[0], batch_size):
-        Xb = X[start : start + batch_size]
+    for Xb in X.split(batch_size):
 
         def fb(th: Tensor, Xb: Tensor = Xb) -> Tensor:
             return f(th, Xb)
@@ -64,12 +53,7 @@ def ggn_vector_product(
 
 
 def posterior_precision_matvec(
-    f: Functional,
-    theta: Tensor,
-    X: Tensor,
-    likelihood: Likelihood,
-    prior_precision: Tensor,
-    c: float | Tensor = 1.0,
+    f: Functional, theta: Tensor, X: Tensor, likelihood, prior_precision: Tensor, c=1.0
 ) -> MatfreeMatrix:
     """Σ⁻¹ = c·G + diag(p₀) of the data X (p₀ scalar or (P,)), as a
     :class:`MatfreeMatrix`: a function v ↦ Σ⁻¹ v."""
@@ -169,11 +153,7 @@ def lanczos(matvec: MatVec, v0: Tensor, m: int) -> tuple[Tensor, Tensor]:
 
 
 def slq_log_det_and_inverse_diagonal(
-    matvec: MatVec,
-    like: Tensor,
-    n_probes: int,
-    m: int,
-    generator: torch.Generator | None = None,
+    matvec: MatVec, like: Tensor, n_probes: int, m: int, generator=None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """SLQ for log det A and, from the same probes z, the Hutchinson estimate
     E[z ⊙ A⁻¹z] of diag(A⁻¹), with A⁻¹ z ≈ ‖z‖ Q U diag(1/θ) τ. ``like`` (P,) gives
@@ -198,13 +178,7 @@ def slq_log_det_and_inverse_diagonal(
 
 
 def slq_log_det(
-    matvec: MatVec,
-    n_params: int,
-    n_probes: int = 30,
-    m: int = 30,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype | None = None,
-    device: torch.device | str | None = None,
+    matvec, n_params: int, n_probes=30, m=30, generator=None, dtype=None, device=None
 ) -> tuple[Tensor, Tensor]:
     """log det A (A: ``n_params`` × ``n_params``, vectors of ``dtype`` on ``device``)
     by SLQ with Rademacher probes drawn by ``generator`` on its own device. Returns
@@ -222,22 +196,14 @@ def lanczos_inv_sqrt(matvec: MatVec, b: Tensor, m: int = 50) -> Tensor:
     return b.norm() * (Q @ (U @ (U[0] / theta.sqrt())))
 
 
-def sample_matrix_free(
-    matvec: MatVec,
-    mean: Tensor,
-    n_samples: int,
-    m: int = 50,
-    generator: torch.Generator | None = None,
-) -> Tensor:
+def sample_matrix_free(matvec, mean: Tensor, n_samples: int, m=50, generator=None):
     """θ = θ* + Σ^½ ε with ε ~ N(0, I), by Lanczos (``matvec``: products with Σ⁻¹);
     (S, P). Covariance → Σ as m grows."""
     eps = randn((n_samples, mean.numel()), mean, generator)
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
 
-def jacobian_sandwich_cg(
-    matvec: MatVec, J: Tensor, tol: float = 1e-10, max_iter: int | None = None
-) -> Tensor:
+def jacobian_sandwich_cg(matvec: MatVec, J: Tensor, tol=1e-10, max_iter=None) -> Tensor:
     """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
     with Σ⁻¹, taking (P, N·K)). J: (N, K, P) → (N, K, K)."""
     N, K, P = J.shape
@@ -251,13 +217,7 @@ def jacobian_sandwich_cg(
 class GGNOperator(Operator):
     """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches: ``G @ v`` for v (P,) or (P, m)."""
 
-    def __init__(
-        self,
-        f: Functional,
-        theta: Tensor,
-        likelihood: Likelihood,
-        batches: list[Tensor],
-    ):
+    def __init__(self, f: Functional, theta: Tensor, likelihood: Likelihood, batches):
         self.f, self.theta = f, theta
         self.likelihood, self.batches = likelihood, batches
         self.like, self.shape = theta, (theta.numel(), theta.numel())
@@ -273,15 +233,7 @@ class MatfreeMatrix(Operator):
     """Σ⁻¹ v = c·G v + p₀ ⊙ v (p₀ scalar or (P,), v (P,) or (P, m)); with
     ``inverse=True`` the covariance Σ, each product a CG solve to ``cg_tol``."""
 
-    def __init__(
-        self,
-        G: GGNOperator,
-        prior: Tensor,
-        c: float | Tensor,
-        inverse: bool = False,
-        cg_tol: float = 1e-6,
-        cg_max_iter: int | None = None,
-    ):
+    def __init__(self, G, prior, c, inverse=False, cg_tol=1e-6, cg_max_iter=None):
         self.G, self.prior, self.c, self.inverse = G, prior, c, inverse
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.like, self.shape = G.like, G.shape
@@ -328,12 +280,10 @@ class MatfreeGGN(FunctionalBuilder):
 
 class MatfreePosterior:
     """The ``posterior.Posterior`` protocol by products: ``log_det`` by SLQ
-    (``n_probes`` probes, ``lanczos_steps`` steps; standard error in ``log_det_se``),
-    differentiable through the Hutchinson estimate of diag Σ from the same probes
-    (``posterior.log_det_with_gradients``), which is also ``variance``;
-    ``functional_variance`` by CG to ``cg_tol``; ``sample`` by Lanczos with
-    ``sample_steps`` steps. The probes come from a generator seeded with ``seed`` at
-    every call. Memory is O(P·lanczos_steps)."""
+    (``n_probes`` probes of ``lanczos_steps`` steps, seeded with ``seed`` at every call;
+    standard error ``log_det_se``), differentiable through the Hutchinson estimate of
+    diag Σ from the same probes, which is also ``variance``; ``functional_variance`` by
+    CG to ``cg_tol``; ``sample`` by Lanczos. Memory O(P·lanczos_steps)."""
 
     def __init__(
         self,
@@ -379,9 +329,7 @@ class MatfreePosterior:
         prec = self.precision(prior, c)
         return jacobian_sandwich_cg(prec, J, self.cg_tol, self.cg_max_iter)
 
-    def sample(
-        self, n_samples: int, prior: Tensor, c: Tensor, generator=None
-    ) -> Tensor:
+    def sample(self, n_samples: int, prior: Tensor, c: Tensor, generator=None):
         zero = torch.zeros_like(self.H.theta)
         prec = self.precision(prior, c)
         return sample_matrix_free(prec, zero, n_samples, self.sample_steps, generator)

@@ -1,19 +1,13 @@
 """The memory-limit layer of full Laplace: a reader of the taught path (``full.py``) may
-skip this file.
+skip this file. ``torch.linalg.cholesky`` returns a new matrix (even with ``out=``), so
+on one GPU the number of P×P buffers, not the flops, decides how far full Laplace goes.
 
-Full Laplace needs the P×P GGN H and a factor of Σ⁻¹ = c·H + diag(p₀).
-``torch.linalg.cholesky`` returns a new matrix (even with ``out=`` it makes a full
-temporary copy), so on one GPU the buffer count, not the flops, decides how large a
-network full Laplace reaches. Four pieces:
-
-* **free-memory probing**: :func:`available_bytes`, and :func:`check_fits`, which
-  refuses an allocation that cannot fit before it is made (every structure uses it);
-* **the blocked in-place Cholesky** :func:`cholesky_`, block column by block column
-  (right-looking: L₁₁ = chol(A₁₁), L₂₁ = A₂₁ L₁₁⁻ᵀ, A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ), with one
-  panel, O(P·b), as the only memory beyond A;
-* **one buffer** (:class:`InPlaceCholesky`): Σ⁻¹ formed and factored in one P×P buffer
-  beside H, or in H itself;
-* **the route choice** (:func:`layer`): whether ``full.FullPosterior`` takes this layer.
+* free-memory probing: :func:`available_bytes`; :func:`check_fits` refuses an
+  allocation that cannot fit before it is made (every structure uses it);
+* the blocked in-place Cholesky :func:`cholesky_` (right-looking: L₁₁ = chol(A₁₁),
+  L₂₁ = A₂₁ L₁₁⁻ᵀ, A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ), one panel, O(P·b), beyond A;
+* one buffer (:class:`InPlaceCholesky`): Σ⁻¹ formed and factored beside H, or in H;
+* the route choice (:func:`layer`).
 
 Shapes: P rows and columns, b the block size.
 """
@@ -36,14 +30,12 @@ SMALLER = (
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Free bytes on ``device``: CUDA's free memory plus what its caching allocator
-    holds unused; on the CPU ``MemAvailable`` (and the address-space limit, if set).
-    None where unknown."""
+    """Free bytes on ``device``: CUDA's free memory plus its allocator's unused cache;
+    on the CPU ``MemAvailable`` (and the address-space limit, if set). None: unknown."""
     if device.type == "cuda":
-        unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(
-            device
-        )
-        return torch.cuda.mem_get_info(device)[0] + unused
+        cuda = torch.cuda
+        unused = cuda.memory_reserved(device) - cuda.memory_allocated(device)
+        return cuda.mem_get_info(device)[0] + unused
     if device.type != "cpu":
         return None
     try:
@@ -86,16 +78,9 @@ def check_bytes(n_bytes: int, device: torch.device, what: str, instead: str) -> 
         )
 
 
-def check_fits(
-    n: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    n_buffers: float = 1,
-    what: str = "",
-) -> None:
-    """Raise ``MemoryError`` naming n, the bytes needed and available, and the
-    structures that would fit, if ``n_buffers`` n×n matrices of ``dtype`` cannot be
-    allocated on ``device``."""
+def check_fits(n: int, dtype, device, n_buffers: float = 1, what: str = "") -> None:
+    """:func:`check_bytes` for ``n_buffers`` n×n matrices, naming the structures that
+    would fit."""
     check_bytes(
         dense_bytes(n, dtype, n_buffers),
         device,
@@ -116,10 +101,9 @@ class NotPositiveDefinite(ValueError):
 
 
 def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
-    """Factor a symmetric positive-definite A (P, P) in place: afterwards its lower
-    triangle is L with A = L Lᵀ and its strict upper triangle is zero. Returns A. Raises
-    :class:`NotPositiveDefinite` (A is then partly overwritten: rebuild it before trying
-    again)."""
+    """Factor a symmetric positive-definite A (P, P) in place into L (lower triangle,
+    zeros above) with A = L Lᵀ; returns A. Raises :class:`NotPositiveDefinite` (A is
+    then partly overwritten)."""
     P = A.shape[0]
     b = default_block(P) if block_size is None else max(1, int(block_size))
     for k in range(0, P, b):
@@ -132,9 +116,8 @@ def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
             break
         # L₂₁ = A₂₁ L₁₁⁻ᵀ: the solve returns a (P−e)×b temporary, copied back
         panel = A[e:, k:e]
-        panel.copy_(
-            torch.linalg.solve_triangular(L11.mT, panel, upper=True, left=False)
-        )
+        L21 = torch.linalg.solve_triangular(L11.mT, panel, upper=True, left=False)
+        panel.copy_(L21)
         # A₂₂ ← A₂₂ − L₂₁ L₂₁ᵀ, lower triangle, one block column at a time
         for j in range(e, P, b):
             je = min(j + b, P)
@@ -143,11 +126,9 @@ def cholesky_(A: Tensor, block_size: int | None = None) -> Tensor:
 
 
 class InPlaceCholesky:
-    """One buffer: L with L Lᵀ = Σ⁻¹ = c·H + diag(p₀) formed and factored in place
-    (:func:`cholesky_`) in one P×P buffer, reused for every (p₀, c). At the first
-    factorisation the buffer is a second one beside H, or H itself when a second does
-    not fit or with ``one_buffer=True`` (with a warning: H is then lost). Jitter by the
-    module's one rule (``posterior.with_jitter``)."""
+    """L Lᵀ = Σ⁻¹ = c·H + diag(p₀), formed and factored in place (:func:`cholesky_`) in
+    one P×P buffer reused for every (p₀, c): a second one beside H, or H itself (when a
+    second does not fit or with ``one_buffer=True``; a warning: H is then lost)."""
 
     def __init__(self, H: Tensor, one_buffer: bool = False):
         self._H, self.one_buffer = H, one_buffer
@@ -210,10 +191,9 @@ class InPlaceCholesky:
 
 
 def layer(H: Tensor, one_buffer: bool = False, in_place: bool = False):
-    """The route choice, made when a full posterior is built: this layer
-    (:class:`InPlaceCholesky`) with ``in_place`` or ``one_buffer``, or when two more
-    P×P buffers (Σ⁻¹ and L) do not fit on H's device now; None (the taught path's
-    ``torch.linalg.cholesky``) otherwise."""
+    """The route choice, when a full posterior is built: :class:`InPlaceCholesky` with
+    ``in_place`` or ``one_buffer``, or when two more P×P buffers (Σ⁻¹ and L) do not fit
+    now; None (the taught path's ``posterior.cholesky``) otherwise."""
     n = H.shape[0]
     if in_place or one_buffer or not fits(dense_bytes(n, H.dtype, 2), H.device):
         return InPlaceCholesky(H, one_buffer)

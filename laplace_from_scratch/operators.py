@@ -1,10 +1,7 @@
-"""A symmetric P×P matrix known by its products: the GGN of matrix-free Laplace, and
-Σ⁻¹ (``precision``) and Σ (``covariance``) of the KFAC, low-rank and matrix-free ones.
-
-A subclass sets ``shape`` (P, P) and ``like`` (a tensor giving the dtype and device of
-its results) and defines ``A @ v`` (``A(v)`` too, as a function v ↦ A v). The default
-``to_matrix()`` and ``diagonal()`` take P products; subclasses may override them and
-define ``logdet()``.
+"""A symmetric P×P matrix known by its products: the matrix-free GGN, and Σ⁻¹ and Σ of
+the KFAC, low-rank and matrix-free structures. A subclass sets ``shape`` (P, P) and
+``like`` (the dtype and device of results) and defines ``A @ v``; ``to_matrix()`` and
+``diagonal()`` take P products unless overridden.
 
 Shapes: P parameters, m vectors at once.
 """

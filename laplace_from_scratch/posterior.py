@@ -1,23 +1,17 @@
-"""The Gaussian (Laplace) posterior N(θ*, Σ) over the flat parameter vector, with the
-convention of laplace-torch 0.3: H is the GGN of the summed loss with Λ = I for
-regression (``curvature.py``), and the posterior precision is
+"""The Gaussian (Laplace) posterior N(θ*, Σ) over the flat parameters, in laplace-torch
+0.3's convention: H is the GGN of the summed loss (Λ = I for regression), and
 
     Σ⁻¹ = c·H + diag(p₀),    c = 1/(σ²T),
 
-σ the noise (1 for classification), T the temperature and p₀ the prior precision: a
-scalar, one value per parameter tensor ("layerwise") or one per parameter. c has this
-meaning everywhere in the module.
+σ the noise (1 for classification), T the temperature, p₀ the prior precision (a
+scalar, one per parameter tensor or one per parameter). c means this in all the module.
 
-Here: the :class:`Posterior` protocol that every structure implements (full in
-``full.py``, diagonal in ``diag.py``, KFAC in ``kron.py``, low-rank in ``lowrank.py``,
-matrix-free in ``matfree.py``), so that ``Laplace`` composes them without knowing which
-one it holds; and the algebra of notebook 03, never forming an explicit inverse: the
-Cholesky factor L of Σ⁻¹ = L Lᵀ (with the module's one jitter rule), log det Σ⁻¹ =
-2 Σᵢ log Lᵢᵢ with its gradients (:func:`log_det_with_gradients`), Σ, diag Σ and samples
-θ* + L⁻ᵀ ε.
+Here: the :class:`Posterior` protocol of every structure (``full.py``, ``diag.py``,
+``kron.py``, ``lowrank.py``, ``matfree.py``), and notebook 03's algebra without an
+explicit inverse: the Cholesky factor L of Σ⁻¹ (one jitter rule), log det Σ⁻¹ =
+2 Σ log Lᵢᵢ with its gradients, Σ, diag Σ and samples θ* + L⁻ᵀ ε.
 
-Shapes: P parameters (P is never the precision: that is Σ⁻¹), S samples, N inputs,
-K outputs.
+Shapes: P parameters (never the precision: that is Σ⁻¹), S samples, N inputs, K outputs.
 """
 
 from __future__ import annotations
@@ -61,16 +55,12 @@ def prior_precision_diag(
     param_sizes: Sequence[int],
     per_tensor: bool = False,
 ) -> Tensor:
-    """The module's one prior expander: a prior precision (scalar, one per parameter
-    tensor, or one per parameter: :func:`prior_kind`) as one value per parameter, (P,),
-    or with ``per_tensor`` one per parameter tensor, (n_tensors,) (which a prior per
-    parameter does not have: ValueError)."""
-    # a tensor keeps its device (torch.as_tensor would move it to the default device)
-    p0 = (
-        prior_precision
-        if isinstance(prior_precision, Tensor)
-        else torch.as_tensor(prior_precision)
-    )
+    """The module's one prior expander: a prior precision (:func:`prior_kind`) as one
+    value per parameter, (P,), or with ``per_tensor`` one per parameter tensor (which a
+    prior per parameter does not have: ValueError)."""
+    p0 = prior_precision  # a tensor keeps its device (torch.as_tensor would move it)
+    if not isinstance(p0, Tensor):
+        p0 = torch.as_tensor(p0)
     kind = prior_kind(p0, param_sizes)
     n = prior_sizes(param_sizes)["layerwise" if per_tensor else "diag"]
     if kind == "scalar":
@@ -82,14 +72,10 @@ def prior_precision_diag(
             "a prior precision per parameter has no value per parameter tensor: use a "
             f"scalar or {n} values (one per parameter tensor)"
         )
-    return torch.repeat_interleave(
-        p0, torch.tensor(list(param_sizes), device=p0.device)
-    )
+    return p0.repeat_interleave(torch.tensor(list(param_sizes), device=p0.device))
 
 
-def posterior_precision(
-    H: Tensor, prior_prec_diag: Tensor, c: float | Tensor = 1.0
-) -> Tensor:
+def posterior_precision(H: Tensor, prior_prec_diag: Tensor, c=1.0) -> Tensor:
     """Σ⁻¹ = c·H + diag(p₀), c = 1/(σ²T). H: (P, P), p₀: (P,) → (P, P)."""
     return c * H + torch.diag_embed(prior_prec_diag.to(H.dtype))
 
@@ -112,9 +98,8 @@ def with_jitter(
     attempt: Callable[[Tensor | float], Tensor | None], scale: Tensor, warn: bool = True
 ) -> Tensor:
     """The module's one jitter loop: ``attempt(jitter)`` (a factorisation of
-    A + jitter·I, or None where it fails) for each of :func:`jitters` (``scale``) until
-    one succeeds; a warning says how much was added unless ``warn=False``. Raises
-    ``ValueError`` rather than ever returning NaNs."""
+    A + jitter·I, or None) for each of :func:`jitters` until one succeeds, with a
+    warning unless ``warn=False``; ``ValueError`` rather than NaNs."""
     for jitter in jitters(scale):
         L = attempt(jitter)
         if L is None:
@@ -166,11 +151,8 @@ def covariance_from_cholesky(L: Tensor) -> Tensor:
     return torch.cholesky_inverse(L)
 
 
-def sample_from_cholesky(
-    mean: Tensor, L: Tensor, n_samples: int, generator: torch.Generator | None = None
-) -> Tensor:
-    """θ = μ + L⁻ᵀ ε with ε ~ N(0, I) and Σ⁻¹ = L Lᵀ: samples with covariance Σ.
-    → (S, P)."""
+def sample_from_cholesky(mean: Tensor, L: Tensor, n_samples: int, generator=None):
+    """θ = μ + L⁻ᵀ ε, ε ~ N(0, I), Σ⁻¹ = L Lᵀ: samples with covariance Σ, (S, P)."""
     eps = randn((mean.numel(), n_samples), mean, generator)
     return mean + torch.linalg.solve_triangular(L.mT, eps, upper=True).T
 

@@ -26,19 +26,15 @@ def jacobian_sandwich(J: Tensor, Sigma: Tensor) -> Tensor:
     return torch.einsum("nkp,pq,nlq->nkl", J, Sigma, J)
 
 
-def linearized_predictive(
-    f: Functional, theta: Tensor, X: Tensor, Sigma: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Closed-form linearised predictive: f_mu = f(X; θ*) (N, K), f_var = J Σ Jᵀ (N, K,
-    K)."""
+def linearized_predictive(f: Functional, theta: Tensor, X: Tensor, Sigma: Tensor):
+    """Closed-form linearised predictive: f_mu = f(X; θ*) (N, K), f_var = J Σ Jᵀ
+    (N, K, K)."""
     with torch.no_grad():
         f_mu = f(theta, X)
     return f_mu, jacobian_sandwich(jacobian(f, theta, X), Sigma)
 
 
-def linearized_samples(
-    f: Functional, theta: Tensor, X: Tensor, samples: Tensor
-) -> Tensor:
+def linearized_samples(f: Functional, theta: Tensor, X: Tensor, samples: Tensor):
     """f(X; θ*) + J (θₛ − θ*) for each sample θₛ. samples: (S, P) → (S, N, K)."""
     with torch.no_grad():
         f_mu = f(theta, X)
@@ -47,8 +43,7 @@ def linearized_samples(
 
 
 def nn_samples(f: Functional, X: Tensor, samples: Tensor) -> Tensor:
-    """The network itself at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N,
-    K)."""
+    """The network at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N, K)."""
     with torch.no_grad():
         return vmap(f, in_dims=(0, None))(samples, X)
 
@@ -61,39 +56,23 @@ def probit(f_mu: Tensor, f_var: Tensor) -> Tensor:
 
 
 def sum_zero(f_mu: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor]:
-    """(C f_mu, C f_var C) with C = I − 11ᵀ/K: the mean and covariance of the centred
-    logits Cf = f − mean(f)·1. f_mu: (N, K), f_var: (N, K, K) → (N, K), (N, K, K).
-
-    softmax(Cf) = softmax(f), so both Gaussians have the same predictive, but
-    :func:`probit` counts the common-mode variance (along 1/√K) as uncertainty; on
-    (Cμ, CVC) it does not. The mean must be centred too: probit scales each logit by
-    its own κₖ, so it is not invariant to adding a constant to every μₖ.
-    """
+    """(C f_mu, C f_var C), C = I − 11ᵀ/K: the centred logits, with the same softmax, on
+    which :func:`probit` no longer counts the common-mode variance as uncertainty (μ is
+    centred too: probit is not shift-invariant). f_mu: (N, K), f_var: (N, K, K)."""
     K = f_mu.shape[-1]
     C = torch.eye(K, dtype=f_var.dtype, device=f_var.device) - 1 / K
     return f_mu @ C, C @ f_var @ C
 
 
-def mc_softmax(
-    f_mu: Tensor,
-    f_var: Tensor,
-    n_samples: int,
-    generator: torch.Generator | None = None,
-) -> Tensor:
+def mc_softmax(f_mu: Tensor, f_var: Tensor, n_samples: int, generator=None) -> Tensor:
     """E[softmax(f)] for f ~ N(f_mu, f_var) by Monte Carlo. → (N, K)."""
     f = gaussian_samples(f_mu, f_var, n_samples, generator)
     return torch.softmax(f, dim=-1).mean(0)
 
 
-def gaussian_samples(
-    f_mu: Tensor,
-    f_var: Tensor,
-    n_samples: int,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """Draws f ~ N(f_mu, f_var) per input: f_mu + L ε with L Lᵀ = f_var (jitter by
-    ``posterior.cholesky`` where f_var is singular). f_mu: (N, K), f_var: (N, K, K) →
-    (S, N, K)."""
+def gaussian_samples(f_mu: Tensor, f_var: Tensor, n_samples: int, generator=None):
+    """f ~ N(f_mu, f_var) per input: f_mu + L ε, L Lᵀ = f_var (``posterior.cholesky``,
+    jitter where singular). f_mu: (N, K), f_var: (N, K, K) → (S, N, K)."""
     L = cholesky(f_var, warn=False)
     eps = randn((n_samples, *f_mu.shape), f_mu, generator)
     return f_mu + torch.einsum("nkl,snl->snk", L, eps)
@@ -105,23 +84,14 @@ def two_class(p1: Tensor) -> Tensor:
 
 
 def probit_binary(f_mu: Tensor, f_var: Tensor) -> Tensor:
-    """σ(f_μ / √(1 + π/8 · f_var)) for one logit. f_mu: (N, 1), f_var: (N, 1, 1) → (N,
-    2).
-
-    The same number as :func:`probit` on the two logits [0, f]: the pinned logit has no
-    variance.
-    """
+    """σ(f_μ / √(1 + π/8 · f_var)) for one logit, as :func:`probit` on the logits
+    [0, f] (the pinned one has no variance). f_mu: (N, 1), f_var: (N, 1, 1) → (N, 2)."""
     kappa = 1 / torch.sqrt(1 + math.pi / 8 * f_var.reshape(-1))
     return two_class(torch.sigmoid(kappa * f_mu.reshape(-1)))
 
 
-def mc_sigmoid(
-    f_mu: Tensor,
-    f_var: Tensor,
-    n_samples: int,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """E[σ(f)] for f ~ N(f_mu, f_var), one logit, by Monte Carlo. f_mu: (N, 1), f_var:
+def mc_sigmoid(f_mu: Tensor, f_var: Tensor, n_samples: int, generator=None) -> Tensor:
+    """E[σ(f)] for one logit f ~ N(f_mu, f_var) by Monte Carlo. f_mu: (N, 1), f_var:
     (N, 1, 1) → (N, 2)."""
     eps = randn((n_samples, f_mu.shape[0]), f_mu, generator)
     f = f_mu.reshape(-1) + f_var.reshape(-1).clamp(min=0).sqrt() * eps
@@ -129,14 +99,10 @@ def mc_sigmoid(
 
 
 def laplace_bridge(f_mu: Tensor, f_var: Tensor, normalize: bool = False) -> Tensor:
-    """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022). f_mu: (N, K),
-    f_var: (N, K, K) → (N, K).
-
-    The Gaussian over f is conditioned on Σₖ fₖ = 0 (softmax ignores a common shift);
-    then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} / K²) / Σₖₖ and the predictive is α / Σ α
-    (K ≥ 2 logits with variance). ``normalize=True`` (laplace-torch's "bridge_norm")
-    first rescales the variances to mean √(K/2) (μ by 1/√m, Σₖₖ by 1/m).
-    """
+    """Mean of the Laplace-bridge Dirichlet (Hobbhahn et al., 2022), (N, K): the
+    Gaussian over f conditioned on Σₖ fₖ = 0, then αₖ = (1 − 2/K + e^{μₖ} Σₗ e^{−μₗ} /
+    K²) / Σₖₖ and α / Σ α. ``normalize=True`` (laplace-torch's "bridge_norm") first
+    rescales the variances to mean √(K/2) (μ by 1/√m, Σₖₖ by 1/m)."""
     K = f_mu.shape[-1]
     s = f_var.sum(-1)  # Σ 1, (N, K)
     total = s.sum(-1, keepdim=True)  # 1ᵀ Σ 1, (N, 1)

@@ -1,8 +1,6 @@
-"""Saving and loading a fitted posterior as a dict of tensors and plain values, for
-``torch.save(la.state_dict(), path)`` and ``torch.load(path)`` (``weights_only=True``).
-A posterior is rebuilt from the fields its table entry names (``structures.py``) by
-the entry's ``load``, so it computes exactly what the saved one did. The matrix-free
-structure holds the training batches, not a curvature, and is not saved.
+"""Saving a fitted posterior as tensors and plain values (``torch.save``,
+``torch.load(weights_only=True)``), rebuilt by its table entry's ``load`` from the
+fields the entry names (``structures.py``): it computes exactly what the saved one did.
 """
 
 from __future__ import annotations
@@ -12,9 +10,8 @@ from .structures import STRUCTURES
 
 
 def posterior_state(structure: str, post: Posterior) -> dict:
-    """The tensors and settings that rebuild ``post``, a posterior of ``structure``
-    (:func:`posterior_from_state`). (A full posterior whose H the memory-limit layer
-    overwrote with L raises: it cannot be rebuilt.)"""
+    """The tensors and settings that rebuild ``post`` (raises for a full posterior whose
+    H the memory-limit layer overwrote with L)."""
     spec = STRUCTURES[structure]
     if spec.load is None:
         raise NotImplementedError(

@@ -1,7 +1,6 @@
-"""One table entry per ``hessian_structure``: its builder, its options (each with its
-check), the prior precisions it can express and the fields a ``state_dict`` saves.
-``Laplace``, ``saving.py`` and the tests read :data:`STRUCTURES`; none of them branches
-on a structure's name.
+"""One table entry per ``hessian_structure``: its builder, options (each with a check),
+priors and saved fields. ``Laplace``, ``saving.py`` and the tests read
+:data:`STRUCTURES`; none of them branches on a structure's name.
 """
 
 from __future__ import annotations
@@ -50,9 +49,7 @@ class Structure:
     options: dict[str, Check] = field(default_factory=dict)  # keyword → its check
     priors: tuple[str, ...] = PRIOR_KINDS  # the kinds of prior precision it can express
     saved: tuple[str, ...] = ()  # the posterior's attributes that a state_dict holds
-    load: Callable[..., Posterior] | None = (
-        None  # the posterior from them; None: unsaved
-    )
+    load: Callable[..., Posterior] | None = None  # posterior from them (None: unsaved)
     layerwise: bool = False  # its posterior has layer_blocks (``layer_predictive.py``)
 
 

@@ -26,11 +26,9 @@ from .functional import (
 
 @dataclass
 class Weights:
-    """The weights Laplace is over: f(θ, x) on the model's inputs, θ* (P,), the
-    parameter tensor sizes, and what the curvature builders see: ``module`` (None
-    where only f exists) on inputs ``features(x)`` (the last layer's inputs; None:
-    x itself), and ``f_module``, f of ``module`` on those inputs (f itself unless
-    only the last layer is chosen)."""
+    """The weights Laplace is over: f(θ, x), θ* (P,), the tensor sizes, and what the
+    builders see: ``module`` (None: only f) on inputs ``features(x)`` (None: x itself),
+    and ``f_module``, f of ``module`` on those inputs."""
 
     f: Functional
     theta: Tensor
@@ -41,12 +39,7 @@ class Weights:
     write: Callable[[Tensor], None]  # copies a θ (P,) into the model's chosen weights
 
 
-def select_weights(
-    model: nn.Module,
-    subset: str,
-    indices: Tensor | None = None,
-    last_layer_name: str | None = None,
-) -> Weights:
+def select_weights(model: nn.Module, subset: str, indices=None, last_layer_name=None):
     """The :class:`Weights` of ``subset``: "all", "last_layer" (the ``nn.Linear``
     ``last_layer_name``, by default the model's last) or "subnetwork" (the flat
     parameter ``indices`` (M,)); θ then has shape (P,), (P_last,) or (M,)."""

@@ -433,6 +433,7 @@ def _dense_H(la):
     return H.to_matrix() if hasattr(H, "to_matrix") else H
 
 
+@pytest.mark.parametrize("failure", ["loader", "shape"])
 @pytest.mark.parametrize(
     "structure, make",
     [
@@ -444,9 +445,10 @@ def _dense_H(la):
         ("matfree", lambda: mlp(2, 1, width=5)),
     ],
 )
-def test_a_failed_continued_fit_leaves_the_laplace_as_it_was(structure, make):
-    """fit(override=False) adds to the running sums; when it fails halfway, the posterior, its
-    curvature, the loss and the sums of the next continued fit are as before it."""
+def test_a_failed_continued_fit_leaves_the_laplace_as_it_was(structure, make, failure):
+    """fit(override=False) adds to the running sums; when it fails halfway (the loader raises, or a
+    batch's targets do not match the outputs, found only after its curvature was added), the
+    posterior, its curvature, the loss and the sums of the next continued fit are as before it."""
     g = torch.Generator().manual_seed(4)
     X, y = torch.randn(40, 2, generator=g, dtype=D), torch.randn(40, 1, generator=g, dtype=D)
     model = make()
@@ -456,9 +458,12 @@ def test_a_failed_continued_fit_leaves_the_laplace_as_it_was(structure, make):
 
     def fails_halfway():
         yield X[20:30], y[20:30]
-        raise RuntimeError("the loader broke")
+        if failure == "loader":
+            raise RuntimeError("the loader broke")
+        yield X[30:40], y[30:40, 0]  # targets (10,) for outputs (10, 1)
 
-    with pytest.raises(RuntimeError, match="the loader broke"):
+    error, match = (RuntimeError, "the loader broke") if failure == "loader" else (ValueError, "must match")
+    with pytest.raises(error, match=match):
         la.fit(fails_halfway(), override=False)
     assert same(state(la), before) and torch.equal(_dense_H(la), H)
     assert torch.equal(la.log_marginal_likelihood(), ev)
