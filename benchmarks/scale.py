@@ -87,6 +87,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 from common import (  # noqa: E402
     CELL_TIMEOUT_S,
     DENSE,
@@ -343,28 +344,13 @@ def measure(cfg: dict) -> dict:
 def make_laplace(cfg: dict, model, subset: str, hs: str):
     """A fresh Laplace object of the cell's implementation, structure and subset, at
     the prior ``cfg["delta0"]``."""
-    if cfg["impl"] == "ours":
-        import laplace_from_scratch as lfs
-
-        la = lfs.Laplace(
-            model, "classification", subset_of_weights=subset, hessian_structure=hs
-        )
-    else:
-        import laplace
-        from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
-
-        backend = {
-            "curvlinops": CurvlinopsGGN,
-            "backpack": BackPackGGN,
-            "asdl": AsdlGGN,
-        }[cfg["impl"]]
-        la = laplace.Laplace(
-            model,
-            "classification",
-            subset_of_weights=subset,
-            hessian_structure=hs,
-            backend=backend,
-        )
+    la = common.make_laplace(
+        cfg["impl"],
+        model,
+        "classification",
+        subset_of_weights=subset,
+        hessian_structure=hs,
+    )
     la.prior_precision = cfg["delta0"]
     return la
 
