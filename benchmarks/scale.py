@@ -290,7 +290,7 @@ def measure(cfg: dict) -> dict:
             out.update(warm_up_matfree(cfg, model, one_batch, Xq, sync))
         else:
             make = functools.partial(make_laplace, cfg, model, subset, hs)
-            out.update(warm_up(make, one_batch, Xq, kw, tune, cfg["delta0"], sync))
+            out.update(warm_up(make, one_batch, Xq, kw, tune, sync))
     except Exception as e:  # noqa: BLE001  (what failed, and where, is the result)
         return out | {"error": _error(e, stage)}
     if dev == "cuda":
@@ -355,7 +355,7 @@ def make_laplace(cfg: dict, model, subset: str, hs: str):
     return la
 
 
-def warm_up(make, one_batch, Xq, kw: dict, tune: bool, delta0: float, sync) -> dict:
+def warm_up(make, one_batch, Xq, kw: dict, tune: bool, sync) -> dict:
     """Pay every one-time cost before a timer starts, the same way for both libraries:
     a throw-away object from ``make()`` fits one batch, predicts two inputs and (if the
     cell tunes δ) runs ``optimize_prior_precision``; then :func:`warm_device`. Returns
@@ -374,7 +374,6 @@ def warm_up(make, one_batch, Xq, kw: dict, tune: bool, delta0: float, sync) -> d
         w.optimize_prior_precision(method="marglik")
         sync()
         cold["cold_tune_s"] = time.perf_counter() - t0
-        w.prior_precision = delta0
     del w
     warm_device(Xq.device)
     return cold
