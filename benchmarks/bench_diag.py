@@ -36,6 +36,7 @@ from common import (
     child,
     fresh_process_args,
     machine_meta,
+    make_laplace,
     run_fresh,
     write_record,
 )
@@ -67,7 +68,6 @@ def build(cfg: dict):
 
 def measure(cfg: dict) -> dict:
     """One (model, implementation) measurement, in its own process."""
-    import laplace_from_scratch as lfs
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -75,18 +75,7 @@ def measure(cfg: dict) -> dict:
     model, X, y = build(cfg)
     loader = DataLoader(TensorDataset(X, y), batch_size=cfg["batch_size"])
     kw = dict(subset_of_weights="all", hessian_structure="diag")
-    if cfg["impl"] == "ours":
-        la = lfs.Laplace(model, "classification", **kw)
-    else:
-        import laplace
-        from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
-
-        backend = {
-            "curvlinops": CurvlinopsGGN,
-            "backpack": BackPackGGN,
-            "asdl": AsdlGGN,
-        }[cfg["impl"]]
-        la = laplace.Laplace(model, "classification", backend=backend, **kw)
+    la = make_laplace(cfg["impl"], model, "classification", **kw)
     cuda = cfg["device"] == "cuda"
     la.fit(loader)  # warm-up
     if cuda:

@@ -36,6 +36,7 @@ from common import (  # benchmarks/common.py (the script's folder is on sys.path
     RssPeak,
     child,
     cpu_name,
+    make_laplace,
     run_fresh,
 )
 
@@ -45,7 +46,6 @@ BACKENDS = ["curvlinops", "backpack", "asdl"]
 
 def measure(cfg: dict) -> dict:
     """One measurement, meant to run in its own process."""
-    import laplace_from_scratch as lfs
     import torch
     from laplace_from_scratch import helpers
     from torch.utils.data import DataLoader, TensorDataset
@@ -61,18 +61,7 @@ def measure(cfg: dict) -> dict:
         hessian_structure=cfg["structure"],
         sigma_noise=0.3,
     )
-    if cfg["impl"] == "ours":
-        la = lfs.Laplace(model, "regression", **kw)
-    else:
-        import laplace
-        from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
-
-        backend = {
-            "curvlinops": CurvlinopsGGN,
-            "backpack": BackPackGGN,
-            "asdl": AsdlGGN,
-        }[cfg["impl"]]
-        la = laplace.Laplace(model, "regression", backend=backend, **kw)
+    la = make_laplace(cfg["impl"], model, "regression", **kw)
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

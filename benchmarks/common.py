@@ -351,3 +351,17 @@ def write_record(
     path = record_path(name, meta, Path(out) if out else None)
     write_json(path, {"meta": meta, "rows": rows})
     return path
+
+
+def make_laplace(impl: str, model, likelihood: str, **kw):
+    """``Laplace(model, likelihood, **kw)``: ours (``impl="ours"``), or laplace-torch's
+    with the backend ``impl`` ("curvlinops", its default, "backpack" or "asdl")."""
+    if impl == "ours":
+        import laplace_from_scratch as lfs
+
+        return lfs.Laplace(model, likelihood, **kw)
+    import laplace
+    from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
+
+    backend = {"curvlinops": CurvlinopsGGN, "backpack": BackPackGGN, "asdl": AsdlGGN}
+    return laplace.Laplace(model, likelihood, backend=backend[impl], **kw)

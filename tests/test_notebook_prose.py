@@ -47,14 +47,15 @@ def test_problems_are_found():
 def test_pages_quote_the_notebooks_outputs(page):
     """The README and the landing page quote notebook 00's numbers in glue spans: each equals its output."""
     values = prose.all_glued([ROOT / "notebooks"])
-    assert prose.page_problems((ROOT / page).read_text(), values) == []
+    assert prose.span_problems((ROOT / page).read_text(), values) == []
 
 
 def test_page_spans_are_filled_and_checked():
     values = {"nb00_x": "0.27"}
     text = 'NLL <span data-glue="nb00_x">0.3</span>, <span data-glue="nb00_y">1</span>'
-    assert len(prose.page_problems(text, values)) == 2
+    assert len(prose.span_problems(text, values)) == 2
     with pytest.raises(KeyError):
-        prose.fill_page(text, values)
-    text = prose.fill_page('NLL <span data-glue="nb00_x">0.3</span>', values)
-    assert text == 'NLL <span data-glue="nb00_x">0.27</span>' and prose.page_problems(text, values) == []
+        prose.fill_text(text, values)
+    text, changed = prose.fill_text('NLL <span data-glue="nb00_x">0.3</span>', values)
+    assert text == 'NLL <span data-glue="nb00_x">0.27</span>' and changed == 1
+    assert prose.span_problems(text, values) == []

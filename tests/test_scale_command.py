@@ -160,15 +160,18 @@ sys.path.insert(0, "benchmarks")
 import scale
 rows = json.loads(sys.stdin.read())
 fig = scale.plot(rows)
-print(json.dumps([[[ln.get_gid(), [int(x) for x in ln.get_xdata()]] for ln in ax.get_lines()]
-                  for ax in fig.axes[:2]]))
+print(json.dumps({ax.get_ylabel(): [[ln.get_gid(), [int(x) for x in ln.get_xdata()],
+                                     [float(y) for y in ln.get_ydata()]]
+                                    for ln in ax.get_lines()] for ax in fig.axes if ax.get_ylabel()}))
 """
 
 
 def test_plot_never_joins_two_architectures_and_puts_last_layers_at_their_own_P():
-    """The scale figure: no line joins models of two architectures (another depth, a CNN), models
-    of one architecture at other widths are joined, and the last-layer structures sit at the last
-    layer's parameter count, not the network's. Failed cells are not plotted."""
+    """The scale figure, in each of its three panels (fit time, prediction time, peak memory): no
+    line joins models of two architectures (another depth, a CNN), models of one architecture at
+    other widths are joined, and the last-layer structures sit at the last layer's parameter count,
+    not the network's (the x data are exact; markers at one P are only drawn side by side). Failed
+    cells are not plotted."""
     from laplace_from_scratch import helpers
 
     nets = {  # on the 8×8 digits: 64 inputs, 10 classes
@@ -190,7 +193,8 @@ def test_plot_never_joins_two_architectures_and_puts_last_layers_at_their_own_P(
             "structure": s,
             "impl": impl,
             "fit_s": 0.1 + k,
-            "peak_bytes": 2**20 * (1 + k),
+            "predict_s": 0.2 + k,
+            "peak_bytes": 2**20 * (100 - k),  # asdl smallest, backpack fastest
         }
         for k, (spec, s, impl) in enumerate(
             itertools.product(nets, ("full", "kron", "ll-kron"), ("ours", "backpack", "asdl"))
@@ -218,7 +222,23 @@ def test_plot_never_joins_two_architectures_and_puts_last_layers_at_their_own_P(
     panels = json.loads(run.stdout)
     # every plotted P is one model's: the network's for full and KFAC, the last layer's for ll-kron
     model_at = {P[m]: m for m in nets} | {P_last[m]: m for m in nets}
-    for lines in panels:
+    assert set(panels) == {"fit time (s)", "prediction time (s)", "peak memory (MiB)"}
+    # laplace-torch's points are its best backend in each panel's own quantity
+    ref_y = {
+        label: sorted(y for gid, _, ys in lines if gid.split("|")[1] == "ref" for y in ys)
+        for label, lines in panels.items()
+    }
+    done = [r for r in rows if "error" not in r and r["impl"] != "ours"]
+    cells = {(r["model"], r["structure"]) for r in done}
+
+    def best(key):  # per cell, the smallest over laplace-torch's backends
+        return sorted(min(r[key] for r in done if (r["model"], r["structure"]) == c) for c in cells)
+
+    assert ref_y["fit time (s)"] == pytest.approx(best("fit_s"))
+    assert ref_y["prediction time (s)"] == pytest.approx(best("predict_s"))
+    assert ref_y["peak memory (MiB)"] == pytest.approx([b / 2**20 for b in best("peak_bytes")])
+    for lines in panels.values():
+        lines = [line[:2] for line in lines]
         assert len(lines) == 3 * 2 * 3  # structures × (ours, laplace-torch) × architectures
         for gid, xs in lines:
             structure = gid.split("|")[0]

@@ -65,24 +65,45 @@ def shown(text: str) -> str:
     return html.unescape(text).replace(r"\*", "*").replace(r"\_", "_")
 
 
+def fill_text(text: str, values: dict[str, str], where: str = "") -> tuple[str, int]:
+    """``text`` with each span's value written from ``values``, and how many changed. Raises on a span
+    with no value (``where`` names the place in the message)."""
+    changed = 0
+
+    def put(m: re.Match) -> str:
+        nonlocal changed
+        key = m["key"]
+        if key not in values:
+            raise KeyError(f"{where}no glued output for {key!r}")
+        value = _cell_text(values[key])
+        changed += value != m["value"]
+        return f'<span data-glue="{key}">{value}</span>'
+
+    return SPAN.sub(put, text), changed
+
+
+def span_problems(text: str, values: dict[str, str]) -> list[str]:
+    """The spans of ``text`` whose key has no value in ``values`` or whose value differs from it."""
+    found = []
+    for m in SPAN.finditer(text):
+        key = m["key"]
+        if key not in values:
+            found.append(f"span {key!r} has no glued output")
+        elif m["value"] != _cell_text(values[key]):
+            found.append(
+                f"span {key!r} shows {m['value']!r}, its output is {values[key]!r} "
+                "(run `python tools/prose.py fill`)"
+            )
+    return found
+
+
 def fill(nb: nbformat.NotebookNode) -> int:
     """Write each glued value into its spans; returns how many changed. Raises on a span with no value."""
-    values = glued(nb)
-    changed = 0
+    values, changed = glued(nb), 0
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown":
-            continue
-
-        def put(m: re.Match, i: int = i) -> str:
-            nonlocal changed
-            key = m["key"]
-            if key not in values:
-                raise KeyError(f"cell {i}: no code cell glues {key!r}")
-            text = _cell_text(values[key])
-            changed += text != m["value"]
-            return f'<span data-glue="{key}">{text}</span>'
-
-        cell.source = SPAN.sub(put, cell.source)
+        if cell.cell_type == "markdown":
+            cell.source, n = fill_text(cell.source, values, f"cell {i}: ")
+            changed += n
     return changed
 
 
@@ -93,15 +114,7 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "markdown":
             continue
-        for m in SPAN.finditer(cell.source):
-            key = m["key"]
-            if key not in values:
-                found.append(f"cell {i}: span {key!r} has no glued output")
-            elif m["value"] != _cell_text(values[key]):
-                found.append(
-                    f"cell {i}: span {key!r} shows {m['value']!r}, its output is {values[key]!r} "
-                    "(run `python tools/prose.py fill`)"
-                )
+        found += [f"cell {i}: {p}" for p in span_problems(cell.source, values)]
         for pattern in (RAW_ROLE, RAW_DIRECTIVE):
             for m in pattern.finditer(cell.source):
                 line = cell.source[max(0, m.start() - 30) : m.end() + 30].replace("\n", " ")
@@ -123,26 +136,12 @@ def all_glued(paths: list[Path]) -> dict[str, str]:
     return values
 
 
-def fill_page(text: str, values: dict[str, str]) -> str:
-    """``text`` with each span's value written from ``values``; raises on a span with no value."""
-
-    def put(m: re.Match) -> str:
-        if m["key"] not in values:
-            raise KeyError(f"no notebook glues {m['key']!r}")
-        return f'<span data-glue="{m["key"]}">{_cell_text(values[m["key"]])}</span>'
-
-    return SPAN.sub(put, text)
-
-
-def page_problems(text: str, values: dict[str, str]) -> list[str]:
-    """Spans of a markdown page whose key no notebook glues or whose value differs from the glued one."""
-    found = []
-    for m in SPAN.finditer(text):
-        if m["key"] not in values:
-            found.append(f"span {m['key']!r} has no glued output in any notebook")
-        elif m["value"] != _cell_text(values[m["key"]]):
-            found.append(f"span {m['key']!r} shows {m['value']!r}, its output is {values[m['key']]!r}")
-    return found
+def fill_pages(root: Path) -> None:
+    """Write the notebooks' glued values (under ``root/notebooks``) into the spans of ``PAGES``."""
+    values = all_glued([root / "notebooks"])
+    for name in PAGES:
+        page = root / name
+        page.write_text(fill_text(page.read_text(), values, f"{name}: ")[0])
 
 
 def notebooks(paths: list[Path]) -> list[Path]:
@@ -174,18 +173,16 @@ def main() -> int:
             for p in found:
                 print(f"    {p}")
     root = Path(__file__).resolve().parents[1]
+    if args.command == "fill":
+        fill_pages(root)
+        return 0
     values = all_glued([root / "notebooks"])
     for name in PAGES:
-        page = root / name
-        text = page.read_text()
-        if args.command == "fill":
-            page.write_text(fill_page(text, values))
-        else:
-            found = page_problems(text, values)
-            bad += bool(found)
-            print(f"{name}: {'ok' if not found else f'{len(found)} problem(s)'}")
-            for p in found:
-                print(f"    {p}")
+        found = span_problems((root / name).read_text(), values)
+        bad += bool(found)
+        print(f"{name}: {'ok' if not found else f'{len(found)} problem(s)'}")
+        for p in found:
+            print(f"    {p}")
     return 1 if bad else 0
 
 

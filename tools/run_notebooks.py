@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import torch
 from nbclient import NotebookClient
-from prose import PAGES, all_glued, fill, fill_page, notebooks
+from prose import fill, fill_pages, notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,9 +74,7 @@ def main() -> None:
         nb.metadata["laplace_from_scratch"] = {"key": k}
         nbformat.write(nb, path)
         print(f"executed:  {path.name} ({time.perf_counter() - t0:.0f} s)")
-    values = all_glued([ROOT / "notebooks"])  # the README and landing page quote them too
-    for name in PAGES:
-        (ROOT / name).write_text(fill_page((ROOT / name).read_text(), values))
+    fill_pages(ROOT)  # the README and landing page quote the notebooks' values too
 
 
 if __name__ == "__main__":
