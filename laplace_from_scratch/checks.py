@@ -5,11 +5,62 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
 
 from .devices import check_device
+
+# ----- checks of tensor values, read once per loop ------------------------------------
+# Reading a tensor's value on the host (``bool(t)``, ``t.item()``) waits for the device:
+# a check per batch or per step would stall a GPU as often. Inside ``deferred()`` the
+# checks are kept and read together when the loop ends.
+_PENDING: ContextVar[list | None] = ContextVar("pending_checks", default=None)
+
+
+def require(ok: Tensor, message: str | Callable[[], str]) -> None:
+    """Raise ``ValueError(message)`` unless the boolean tensor ``ok`` holds (all of
+    it); inside :func:`deferred`, at the block's end. ``message`` may be a function,
+    called only on failure (to read the values it names then)."""
+    pending = _PENDING.get()
+    if pending is not None:
+        pending.append((ok.all(), message))
+    elif not bool(ok.all()):
+        raise ValueError(message() if callable(message) else message)
+
+
+def _raise_failed(pending: list) -> None:
+    """The first failed check of ``pending``, read with one host sync."""
+    if not pending:
+        return
+    held = torch.stack([ok.to(pending[0][0].device) for ok, _ in pending]).tolist()
+    for good, (_, message) in zip(held, pending, strict=True):
+        if not good:
+            raise ValueError(message() if callable(message) else message)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Checks by :func:`require` in this block are read when it ends, all with one
+    host sync, and the first that failed raises; if the block raises, a failed check
+    raises instead (it names the cause). Nested blocks leave the reading to the
+    outermost."""
+    if _PENDING.get() is not None:
+        yield
+        return
+    pending: list = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except Exception as error:
+        _PENDING.reset(token)
+        _raise_failed(pending)
+        raise error
+    _PENDING.reset(token)
+    _raise_failed(pending)
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -90,8 +141,8 @@ def check_batch(batch, like: Tensor) -> tuple[Tensor, Tensor]:
             f"X has dtype {X.dtype} but the model's parameters are {like.dtype}: "
             "convert one of them"
         )
-    if y.is_floating_point() and not torch.isfinite(y).all():
-        raise ValueError("the targets y contain NaN or inf")
+    if y.is_floating_point():
+        require(torch.isfinite(y), "the targets y contain NaN or inf")
     return X, y
 
 

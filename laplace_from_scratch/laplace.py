@@ -32,6 +32,8 @@ from .checks import (
     check_inputs,
     check_outputs,
     check_positive,
+    deferred,
+    require,
 )
 from .curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
 from .devices import as_like, check_device
@@ -214,19 +216,20 @@ class Laplace:
             from tqdm.auto import tqdm
 
             train_loader = tqdm(train_loader, desc="Laplace.fit")
-        for batch in train_loader:
-            X, y = check_batch(batch, w.theta)
-            # (the features run without gradients)
-            out = builder.update(X if w.features is None else w.features(X))
-            check_outputs(out)
-            if not torch.isfinite(out).all():
-                raise ValueError(
-                    "the model's outputs contain NaN or inf at the fitted weights"
+        with deferred():  # the value checks of every batch, read once at the end
+            for batch in train_loader:
+                X, y = check_batch(batch, w.theta)
+                # (the features run without gradients)
+                out = builder.update(X if w.features is None else w.features(X))
+                check_outputs(out)
+                require(
+                    torch.isfinite(out),
+                    "the model's outputs contain NaN or inf at the fitted weights",
                 )
-            # also checks the targets against the outputs
-            loss = loss + self._lik.fit_loss(out, y)
-            n_data, n_outputs = n_data + X.shape[0], out.shape[-1]
-            input_shape = tuple(X.shape[1:])
+                # also checks the targets against the outputs
+                loss = loss + self._lik.fit_loss(out, y)
+                n_data, n_outputs = n_data + X.shape[0], out.shape[-1]
+                input_shape = tuple(X.shape[1:])
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         structure = builder.finish()

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_choice, check_outputs
+from .checks import check_choice, check_outputs, require
 from .predictive import (
     laplace_bridge,
     mc_sigmoid,
@@ -248,9 +248,10 @@ def _check_labels(y: Tensor, n_classes: int, n: int | None = None) -> None:
         raise ValueError(f"classification labels must be integers, got dtype {y.dtype}")
     if n is not None and y.shape != (n,):
         raise ValueError(f"labels y {tuple(y.shape)} must have shape (N,) = ({n},)")
-    if y.numel() and (y.min() < 0 or y.max() >= n_classes):
-        raise ValueError(
-            f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]"
+    if y.numel():
+        require(
+            (y >= 0) & (y < n_classes),
+            lambda: f"labels must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]",
         )
 
 
@@ -285,10 +286,10 @@ def _check_classification(f: Tensor, y: Tensor) -> None:
             f"{tuple(f.shape)}"
         )
     ones = torch.ones_like(y[:, 0])
-    if not (torch.all(y >= 0) and torch.allclose(y.sum(-1), ones, atol=1e-6)):
-        raise ValueError(
-            "probability targets must be non-negative with rows that sum to 1"
-        )
+    require(
+        (y >= 0).all() & torch.isclose(y.sum(-1), ones, atol=1e-6).all(),
+        "probability targets must be non-negative with rows that sum to 1",
+    )
 
 
 def _check_binary(f: Tensor, y: Tensor) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .checks import deferred, require
+
 
 def laplace_evidence(log_likelihood, log_det_posterior, log_det_prior, scatter):
     """log p(D | θ*) − ½ (log det Σ⁻¹ − log det Σ₀⁻¹ + (θ*−μ₀)ᵀ Σ₀⁻¹ (θ*−μ₀))."""
@@ -43,30 +45,34 @@ class LogAdam:
         """The current values, detached."""
         return {k: v.detach().exp() for k, v in self.logs.items()}
 
-    def step(self, objective: Callable[..., Tensor]) -> float:
-        """One Adam step up ``objective(**values)``; returns its value before the step.
-        Raises ``ValueError`` where a value or the objective stops being finite."""
+    def step(self, objective: Callable[..., Tensor]) -> Tensor:
+        """One Adam step up ``objective(**values)``; returns its value before the step
+        (a detached scalar tensor: reading it would wait for the device). Raises
+        ``ValueError`` where a value or the objective stops being finite (inside
+        :func:`checks.deferred`, when that block ends)."""
         self.opt.zero_grad()
         values = {k: v.exp() for k, v in self.logs.items()}
-        if not all(
-            bool(torch.isfinite(v).all() and (v > 0).all()) for v in values.values()
-        ):
-            raise ValueError(
+        for v in values.values():
+            require(
+                torch.isfinite(v) & (v > 0),
                 f"Adam diverged at step {self.n_steps} (lr={self.lr}): a "
-                "hyperparameter became 0 or inf; the learning rate is too large"
+                "hyperparameter became 0 or inf; the learning rate is too large",
             )
         value = objective(**values)
-        if not torch.isfinite(value):
-            raise ValueError(
-                f"the evidence became {value.item()} at step {self.n_steps} of Adam "
+        step = self.n_steps
+        require(
+            torch.isfinite(value),
+            lambda: (
+                f"the evidence became {value.item()} at step {step} of Adam "
                 f"(lr={self.lr}): the learning rate is too large, or the model's loss "
                 "is not finite"
-            )
+            ),
+        )
         (-value).backward()
         self.opt.step()
         self.n_steps += 1
         self.last = {k: v.detach() for k, v in values.items()}
-        return value.item()
+        return value.detach()
 
 
 def maximize_on_logs(objective: Callable[..., Tensor], init: dict, n_steps=100, lr=0.1):
@@ -74,5 +80,6 @@ def maximize_on_logs(objective: Callable[..., Tensor], init: dict, n_steps=100, 
     (laplace-torch's scheme for δ, for any positive hyperparameters); returns the final
     values (detached) and the objective before each step."""
     adam = LogAdam({k: v.detach().log() for k, v in init.items()}, lr)
-    history = [adam.step(objective) for _ in range(n_steps)]
-    return adam.values(), history
+    with deferred():  # every step's checks, read once at the end
+        history = [adam.step(objective) for _ in range(n_steps)]
+    return adam.values(), torch.stack(history).tolist()

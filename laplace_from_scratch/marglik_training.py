@@ -135,7 +135,7 @@ def marglik_training(
                 model, train_loader, likelihood, hessian_structure, T, sigma, prior
             )
             for _ in range(n_hypersteps):
-                margliks.append(-hyper.step(la.log_marginal_likelihood))
+                margliks.append(-hyper.step(la.log_marginal_likelihood).item())
             if margliks[-1] < best["neg_evidence"]:  # δ, σ as they were for that value
                 weights = copy.deepcopy(model.state_dict())
                 best = {"neg_evidence": margliks[-1], "weights": weights, **hyper.last}

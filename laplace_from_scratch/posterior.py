@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
+from .checks import require
 from .devices import randn
 
 # what a prior precision can be: one value, one per parameter tensor, one per parameter
@@ -45,8 +46,10 @@ def prior_kind(prior_precision: Tensor, param_sizes: Sequence[int]) -> str:
             f"parameter tensor) or {sizes['diag']} values (one per parameter); got "
             f"shape {tuple(prior_precision.shape)}"
         )
-    if not torch.all(torch.isfinite(prior_precision) & (prior_precision > 0)):
-        raise ValueError("prior_precision must be positive and finite")
+    require(
+        torch.isfinite(prior_precision) & (prior_precision > 0),
+        "prior_precision must be positive and finite",
+    )
     return kind
 
 
@@ -122,11 +125,6 @@ def with_jitter(
 def cholesky(A: Tensor, warn: bool = True) -> Tensor:
     """Lower Cholesky factor L of a symmetric positive-definite A (..., P, P), with
     jitter if needed (:func:`with_jitter`, scaled per matrix)."""
-    if not torch.isfinite(A).all():
-        raise ValueError(
-            "the matrix to factorise contains NaN or inf (check the curvature and the "
-            "hyperparameters)"
-        )
     diagonal = A.diagonal(dim1=-2, dim2=-1)
     scale = diagonal.abs().mean(-1).clamp(min=torch.finfo(A.dtype).tiny)[..., None]
 
@@ -136,7 +134,15 @@ def cholesky(A: Tensor, warn: bool = True) -> Tensor:
             A_j = A.clone()
             A_j.diagonal(dim1=-2, dim2=-1).add_(jitter)
         L, info = torch.linalg.cholesky_ex(A_j)
-        return L if bool((info == 0).all()) and bool(torch.isfinite(L).all()) else None
+        # one host sync per attempt: whether to add jitter is decided on the host
+        if bool((info == 0).all() & torch.isfinite(L).all()):
+            return L
+        if not bool(torch.isfinite(A).all()):  # after a failure only
+            raise ValueError(
+                "the matrix to factorise contains NaN or inf (check the curvature and "
+                "the hyperparameters)"
+            )
+        return None
 
     return with_jitter(attempt, scale, warn)
 
