@@ -61,20 +61,28 @@ def posterior_precision_matvec(
 
 
 def conjugate_gradient(
-    matvec: MatVec, b: Tensor, tol: float = 1e-10, max_iter: int | None = None
+    matvec: MatVec,
+    b: Tensor,
+    tol: float = 1e-10,
+    max_iter: int | None = None,
+    precondition: MatVec | None = None,
 ) -> tuple[Tensor, int]:
     """Solve A x = b for SPD A given only v ↦ A v. b: (P,), or (P, R) for R independent
     solves that share each product A [p₁ … p_R] (``matvec`` must accept (P, R) then). A
-    column stops at ‖r‖ ≤ tol·‖b‖. Returns (x, iterations of the slowest column)."""
+    column stops at ‖r‖ ≤ tol·‖b‖. ``precondition``: v ↦ M⁻¹ v for an SPD M ≈ A
+    (preconditioned CG: fewer iterations the closer M is to A; the same stopping
+    rule). Returns (x, iterations of the slowest column)."""
     max_iter = 10 * b.shape[0] if max_iter is None else max_iter
     check_count("max_iter", max_iter)
     if not torch.isfinite(b).all():
         raise ValueError("the right-hand side b contains NaN or inf")
-    x, r, p = torch.zeros_like(b), b.clone(), b.clone()
-    rr = (r * r).sum(0)
+    M = precondition or (lambda v: v)
+    x, r = torch.zeros_like(b), b.clone()
+    z = M(r)
+    p, rz = z.clone(), (r * z).sum(0)
     stop = (tol * b.norm(dim=0)) ** 2
     for i in range(max_iter):
-        active = rr > stop
+        active = (r * r).sum(0) > stop
         if not active.any():
             return x, i
         Ap = matvec(p)
@@ -87,12 +95,14 @@ def conjugate_gradient(
                 "(is the prior precision positive? does the operator return NaN?)"
             )
         # converged columns take no step (their α is 0), so nothing divides 0 by 0
-        alpha = torch.where(active, rr / torch.where(active, pAp, 1), 0)
+        alpha = torch.where(active, rz / torch.where(active, pAp, 1), 0)
         x = x + alpha * p
         r = r - alpha * Ap
-        rr_new = (r * r).sum(0)
-        p = r + torch.where(active, rr_new / torch.where(active, rr, 1), 0) * p
-        rr = rr_new
+        z = M(r)
+        rz_new = (r * z).sum(0)
+        p = z + torch.where(active, rz_new / torch.where(active, rz, 1), 0) * p
+        rz = rz_new
+    rr = (r * r).sum(0)
     residual = (rr.sqrt() / b.norm(dim=0)).max().item()
     warnings.warn(
         f"conjugate gradients did not reach tol={tol} in max_iter={max_iter} "
@@ -203,12 +213,16 @@ def sample_matrix_free(matvec, mean: Tensor, n_samples: int, m=50, generator=Non
     return mean + torch.stack([lanczos_inv_sqrt(matvec, e, m) for e in eps])
 
 
-def jacobian_sandwich_cg(matvec: MatVec, J: Tensor, tol=1e-10, max_iter=None) -> Tensor:
+def jacobian_sandwich_cg(
+    matvec: MatVec, J: Tensor, tol=1e-10, max_iter=None, precondition=None
+) -> tuple[Tensor, int]:
     """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
-    with Σ⁻¹, taking (P, N·K)). J: (N, K, P) → (N, K, K)."""
+    with Σ⁻¹, taking (P, N·K); ``precondition``: :func:`conjugate_gradient`'s). J:
+    (N, K, P) → ((N, K, K), CG's iterations)."""
     N, K, P = J.shape
-    solves, _ = conjugate_gradient(matvec, J.reshape(N * K, P).T, tol, max_iter)
-    return torch.einsum("nkp,nlp->nkl", J, solves.T.reshape(N, K, P))
+    B = J.reshape(N * K, P).T
+    solves, iterations = conjugate_gradient(matvec, B, tol, max_iter, precondition)
+    return torch.einsum("nkp,nlp->nkl", J, solves.T.reshape(N, K, P)), iterations
 
 
 # ----- matrix-free Laplace as a posterior structure -----------------------------
@@ -257,14 +271,18 @@ class MatfreeMatrix(Operator):
 
 class MatfreeGGN(FunctionalBuilder):
     """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns
-    a :class:`MatfreePosterior` over them, made with ``options``."""
+    a :class:`MatfreePosterior` over them, made with ``options``. ``preconditioner``:
+    a builder (diagonal or KFAC) fed the same batches; its posterior preconditions CG.
+    """
 
-    def __init__(self, *args, **options):  # f, θ*, the likelihood, the parameter sizes
+    def __init__(self, *args, preconditioner=None, **options):  # f, θ*, lik., sizes
         super().__init__(*args)
-        self.options, self.batches = options, []
+        self.options, self.batches, self.pre = options, [], preconditioner
 
     def update(self, X: Tensor) -> Tensor:
         self.batches.append(X)
+        if self.pre is not None:
+            self.pre.update(X)
         return self.outputs(X)
 
     def operator(self) -> GGNOperator:
@@ -272,10 +290,15 @@ class MatfreeGGN(FunctionalBuilder):
         return GGNOperator(self.f, self.theta, self.likelihood, self.batches)
 
     def finish(self) -> MatfreePosterior:
-        return MatfreePosterior(self.operator(), self.param_sizes, **self.options)
+        pre = None if self.pre is None else self.pre.finish()
+        return MatfreePosterior(
+            self.operator(), self.param_sizes, preconditioner=pre, **self.options
+        )
 
     def resumed(self) -> MatfreeGGN:
-        return resume(self, "batches")
+        new = resume(self, "batches")
+        new.pre = None if self.pre is None else self.pre.resumed()
+        return new
 
 
 class MatfreePosterior:
@@ -283,7 +306,12 @@ class MatfreePosterior:
     (``n_probes`` probes of ``lanczos_steps`` steps, seeded with ``seed`` at every call;
     standard error ``log_det_se``), differentiable through the Hutchinson estimate of
     diag Σ from the same probes, which is also ``variance``; ``functional_variance`` by
-    CG to ``cg_tol``; ``sample`` by Lanczos. Memory O(P·lanczos_steps)."""
+    CG to ``cg_tol`` (iterations in ``cg_iterations``), optionally preconditioned by
+    ``preconditioner``, a diagonal or KFAC posterior of the same data whose Σ
+    approximates this one's. Measured, it does not pay: Σ⁻¹ = c·G + δI has P − rank(G)
+    eigenvalues equal to δ, a cluster plain CG exploits and a preconditioner spreads
+    (tests/test_matfree.py prints the counts); ``sample`` by Lanczos. Memory
+    O(P·lanczos_steps)."""
 
     def __init__(
         self,
@@ -295,6 +323,7 @@ class MatfreePosterior:
         cg_max_iter: int | None = None,
         sample_steps: int = 50,
         seed: int = 0,
+        preconditioner=None,
     ):
         check_count("n_probes", n_probes, minimum=2)  # two for a standard error
         self.H, self.param_sizes, self.n_params = G, list(param_sizes), G.shape[0]
@@ -302,6 +331,7 @@ class MatfreePosterior:
         self.sample_steps, self.seed = sample_steps, seed
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.log_det_se: Tensor | None = None
+        self.pre, self.cg_iterations = preconditioner, None
         self.cache = PerPrior()  # the SLQ estimate of the last (p₀, c)
 
     def _prior_diag(self, prior: Tensor) -> Tensor:
@@ -326,8 +356,22 @@ class MatfreePosterior:
         return self._estimate(prior, c)[2]
 
     def functional_variance(self, J: Tensor, prior: Tensor, c: Tensor) -> Tensor:
-        prec = self.precision(prior, c)
-        return jacobian_sandwich_cg(prec, J, self.cg_tol, self.cg_max_iter)
+        prec, M = self.precision(prior, c), self._preconditioner(prior, c)
+        fvar, self.cg_iterations = jacobian_sandwich_cg(
+            prec, J, self.cg_tol, self.cg_max_iter, M
+        )
+        return fvar
+
+    def _preconditioner(self, prior: Tensor, c: Tensor) -> MatVec | None:
+        """v ↦ Σ_pre v, the preconditioner's covariance at the same (p₀, c)."""
+        if self.pre is None:
+            return None
+        c = torch.as_tensor(c, device=self.H.theta.device).detach()
+        if isinstance(self.pre.H, Tensor) and self.pre.H.ndim == 1:  # diagonal d
+            var = self.pre.variance(prior.detach(), c)
+            return lambda v: per_row(var, v) * v
+        cov = self.pre.covariance(prior.detach(), c)
+        return lambda v: cov @ v
 
     def sample(self, n_samples: int, prior: Tensor, c: Tensor, generator=None):
         zero = torch.zeros_like(self.H.theta)

@@ -65,6 +65,15 @@ def _functional(builder: type) -> Callable[..., Builder]:
     return lambda w, lik, sizes, **o: builder(w.f_module, w.theta, lik, sizes, **o)
 
 
+def _matfree(w: Weights, lik: Likelihood, sizes: list[int], **options) -> Builder:
+    # CG preconditioned by the diagonal or KFAC posterior of the same batches
+    pre = {"diag": lambda: _diag(w, lik, sizes), "kron": lambda: KFAC(w.module, lik)}
+    kind = options.pop("preconditioner", "none")
+    builder = pre[kind]() if kind in pre else None
+    f, theta = w.f_module, w.theta
+    return MatfreeGGN(f, theta, lik, sizes, preconditioner=builder, **options)
+
+
 STRUCTURES: dict[str, Structure] = {
     "full": Structure(
         _functional(FullGGN),
@@ -93,8 +102,9 @@ STRUCTURES: dict[str, Structure] = {
     ),
     # the matrix-free structure keeps the training batches, not a curvature: unsaved
     "matfree": Structure(
-        _functional(MatfreeGGN),
+        _matfree,
         dict(
+            preconditioner=_choice("none", "diag", "kron"),
             n_probes=_count(2),
             lanczos_steps=_count(),
             cg_tol=check_positive,

@@ -152,7 +152,7 @@ def exercise_functions(model, X: Tensor, y: Tensor) -> dict[str, Tensor]:
         matfree.slq_log_det(mv, theta.numel(), 3, 5, generator=gen(), dtype=theta.dtype, device=theta.device)
     )
     out["mf_sample"] = matfree.sample_matrix_free(mv, theta, 2, m=5, generator=gen())
-    out["mf_fvar"] = matfree.jacobian_sandwich_cg(mv, J)
+    out["mf_fvar"] = matfree.jacobian_sandwich_cg(mv, J)[0]
     probs = lfs.probit(f_mu, f_var)
     scores = [
         helpers.nll(probs, y[:3]),
