@@ -193,6 +193,13 @@ def machine_meta(device: str, **extra) -> dict:
         "torch": torch.__version__,
         "laplace_torch": getattr(laplace, "__version__", "0.3"),
         "python": platform.python_version(),
+        # TF32 (a 10-bit mantissa) in cuDNN convolutions and matrix products: PyTorch's
+        # defaults, which no script here changes; recorded since the CNN's agreement
+        # on a GPU (results/README.md, 2026-11-27) may depend on the first
+        "tf32": {
+            "cudnn": torch.backends.cudnn.allow_tf32,
+            "matmul": torch.backends.cuda.matmul.allow_tf32,
+        },
         **extra,
     }
 
