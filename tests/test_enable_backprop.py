@@ -37,7 +37,15 @@ CASES = [
     for lik in ("regression", "classification")
     for subset in ("all", "last_layer")
     for structure in STRUCTURES
-] + [("regression", "subnetwork", "full"), ("classification", "subnetwork", "full")]
+] + [
+    ("regression", "subnetwork", "full"),
+    ("classification", "subnetwork", "full"),
+    ("binary_classification", "all", "full"),
+    ("binary_classification", "all", "kron"),
+    ("binary_classification", "last_layer", "diag"),
+]
+BINARY = ["probit", "mc", "nn", "samples_glm", "samples_nn"]  # (the bridge needs K ≥ 2)
+KINDS = {"regression": REGRESSION, "classification": CLASSIFICATION, "binary_classification": BINARY}
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +62,8 @@ def data(likelihood: str):
     X = torch.randn(30, 2, generator=g, dtype=D)
     if likelihood == "regression":
         return mlp(2, 2, width=5), X, torch.sin(X) + 0.1 * torch.randn(30, 2, generator=g, dtype=D)
+    if likelihood == "binary_classification":
+        return mlp(2, 1, width=5), X, (X.sum(1) > 0).long()
     return mlp(2, 3, width=5), X, torch.randint(0, 3, (30,), generator=g)
 
 
@@ -131,7 +141,7 @@ def rel(a, b):
 def test_input_gradient_equals_finite_differences(likelihood, subset, structure):
     la, X = fitted(likelihood, subset, structure)
     x = X[:3] + 0.3
-    kinds = REGRESSION if likelihood == "regression" else CLASSIFICATION
+    kinds = KINDS[likelihood]
     if structure == "matfree":
         print(f"matfree: {sorted(set(kinds) - set(MATFREE_KINDS))} skipped (θ-samples do not depend on x)")
         kinds = [k for k in kinds if k in MATFREE_KINDS]
@@ -219,7 +229,7 @@ def test_default_keeps_no_graph(likelihood, structure):
     la, X = fitted(likelihood, "all", structure, enable_backprop=False)
     assert la.enable_backprop is False
     x = X[:3].clone().requires_grad_()
-    kinds = REGRESSION if likelihood == "regression" else CLASSIFICATION
+    kinds = KINDS[likelihood]
     for kind in kinds:
         out = predictive(la, x, kind)
         assert not any(t.requires_grad for t in (out if isinstance(out, tuple) else (out,))), kind
