@@ -21,11 +21,14 @@ RESULTS = Path(__file__).resolve().parent.parent / "results"
 # limit and run again starts with the measurement that was cut off (the record keeps
 # every one before it) and finishes it within one command.
 PIECE_S = 480
-CELL_TIMEOUT_S = 420
+CELL_TIMEOUT_S = 410  # + OVERHEAD_S and a training: within PIECE_S
 # How a piece's time on an H100 is estimated (``scale.py --plan``,
 # ``bench_full_memory.estimate``): each measurement takes OVERHEAD_S (a fresh process:
-# interpreter, imports and data take 4.4 s on 2 CPU threads, the CUDA context and
-# warm-ups are allowed the rest) plus SAFETY times its work, at most its timeout. The
+# interpreter, imports, data, the CUDA context and ``scale.warm_up``'s first calls;
+# measured on an H100 on 2026-11-27, results/scale_2026-11-27_cuda-*.log: 19 cells of
+# cnn:8:16 in 470 s and 6 of mlp:1000:2 in 146 s, each with a model's training and
+# under 5 s of timed work a cell, so ~20 s a cell) plus SAFETY times its work, at most
+# its timeout. The
 # work is a recorded CPU time of the same measurement at a smaller size, scaled to the
 # size of the cell and divided by the CPU -> H100 speed ratio: DENSE for dense float32
 # linear algebra (full Laplace: a Cholesky of P = 19,090 ran at 112 GFLOP/s on 2 CPU
@@ -33,7 +36,7 @@ CELL_TIMEOUT_S = 420
 # TFLOP/s on an H100 (DESIGN.md), 430, taken as 400), OTHER for the rest (memory- and
 # launch-bound work, where a GPU gains far less: an assumption, to be corrected from the
 # first pieces).
-OVERHEAD_S = 10.0
+OVERHEAD_S = 20.0
 SAFETY = 1.5
 DENSE, OTHER = 400.0, 20.0
 
@@ -190,6 +193,13 @@ def machine_meta(device: str, **extra) -> dict:
         "torch": torch.__version__,
         "laplace_torch": getattr(laplace, "__version__", "0.3"),
         "python": platform.python_version(),
+        # TF32 (a 10-bit mantissa) in cuDNN convolutions and matrix products: PyTorch's
+        # defaults, which no script here changes; recorded since the CNN's agreement
+        # on a GPU (results/README.md, 2026-11-27) may depend on the first
+        "tf32": {
+            "cudnn": torch.backends.cudnn.allow_tf32,
+            "matmul": torch.backends.cuda.matmul.allow_tf32,
+        },
         **extra,
     }
 
