@@ -56,11 +56,11 @@ def deferred() -> Iterator[None]:
     token = _PENDING.set(pending)
     try:
         yield
-    except Exception as error:
-        _PENDING.reset(token)
+    except Exception:
         _raise_failed(pending)
-        raise error
-    _PENDING.reset(token)
+        raise
+    finally:  # also after KeyboardInterrupt: later checks are not deferred
+        _PENDING.reset(token)
     _raise_failed(pending)
 
 

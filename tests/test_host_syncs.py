@@ -127,3 +127,15 @@ def test_deferred_check_names_the_cause_when_the_loop_fails():
         with deferred():
             require(torch.tensor(True), "fine")
             raise RuntimeError("a later failure")
+
+
+def test_checks_are_immediate_again_after_an_interrupted_block():
+    """A block left by KeyboardInterrupt (not an Exception) must not leave later checks
+    deferred, where they would never be read."""
+    from laplace_from_scratch.checks import deferred, require
+
+    with pytest.raises(KeyboardInterrupt):
+        with deferred():
+            raise KeyboardInterrupt
+    with pytest.raises(ValueError, match="now"):
+        require(torch.tensor(False), "now")
