@@ -19,6 +19,15 @@ from .curvature import (
 )
 from .devices import InputTypeError
 from .eigen import EigenPosterior
+from .enums import (
+    HessianStructure,
+    Likelihood,
+    LinkApprox,
+    PredType,
+    PriorStructure,
+    SubsetOfWeights,
+    TuningMethod,
+)
 from .functional import (
     flatten_params,
     make_functional,
@@ -26,7 +35,7 @@ from .functional import (
     vector_to_model,
 )
 from .jacobians import jacobian, jacobian_loop
-from .laplace import Laplace
+from .laplace import BaseLaplace, Laplace
 from .likelihoods import Bernoulli, Categorical, Gaussian, get_likelihood
 from .marglik_training import marglik_training
 from .posterior import (

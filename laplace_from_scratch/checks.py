@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from enum import Enum
 
 import torch
 from torch import Tensor, nn
@@ -63,9 +64,19 @@ def deferred() -> Iterator[None]:
     _raise_failed(pending)
 
 
-def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def plain(value):
+    """A str-valued enum member (laplace-torch's or ``enums.py``'s, e.g.
+    ``HessianStructure.KRON``) as its string ("kron"); anything else as it is."""
+    return value.value if isinstance(value, str) and isinstance(value, Enum) else value
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    """``value`` (a string, or a str-valued enum member) as a plain string of
+    ``choices``; ``ValueError`` naming the choices otherwise."""
+    value = plain(value)
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def check_count(name: str, value, minimum: int = 1) -> None:

@@ -118,8 +118,10 @@ def find_last_layer(model: nn.Module, name: str | None = None) -> tuple[str, nn.
 
 class LastLayerFeatures:
     """φ(X): the last layer's input, (N, D), caught by a forward hook while the model
-    runs without gradients. ``ValueError`` unless the model's output is that layer's
-    (only then is f(θ, X) = W φ(X)ᵀ + b the model)."""
+    runs without gradients, or, when X requires them (``enable_backprop``), with the
+    weights as constants: φ(X) is then differentiable in X and in nothing else.
+    ``ValueError`` unless the model's output is that layer's (only then is f(θ, X) =
+    W φ(X)ᵀ + b the model)."""
 
     def __init__(self, model: nn.Module, name: str, layer: nn.Linear):
         self.model, self.name, self.layer = model, name, layer
@@ -144,8 +146,13 @@ class LastLayerFeatures:
 
         handle = self.layer.register_forward_hook(catch)
         try:
-            with torch.no_grad():
-                out = self.model(X)
+            if torch.is_grad_enabled() and X.requires_grad:
+                weights = {n: p.detach() for n, p in self.model.named_parameters()}
+                with backward_hooks_off(self.model):
+                    out = functional_call(self.model, weights, (X,))
+            else:
+                with torch.no_grad():
+                    out = self.model(X)
         finally:
             handle.remove()
         last = seen.get("out")

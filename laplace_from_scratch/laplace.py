@@ -14,11 +14,15 @@ keyword arguments. **Our defaults**, ``"all"`` and ``"full"``, differ from
 laplace-torch's (``"last_layer"``, ``"kron"``). Everything structure-specific lives in
 ``la.structure`` (``posterior.Posterior``); this class holds the hyperparameters, runs
 the fit loop and composes the rest from the posterior's six methods.
+``enable_backprop=True`` (laplace-torch's flag) makes the predictions differentiable in
+their inputs x (never in the weights); by default they keep no graph.
 
 Shapes: N inputs, K outputs, P parameters, S samples.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor, nn
@@ -70,13 +74,23 @@ class Laplace:
         temperature: float = 1.0,
         subnetwork_indices: Tensor | None = None,
         last_layer_name: str | None = None,
+        enable_backprop: bool = False,
         **structure_options,
     ):
-        check_choice("likelihood", likelihood, NAMES)
-        check_choice("subset_of_weights", subset_of_weights, SUBSETS)
-        check_choice("hessian_structure", hessian_structure, tuple(STRUCTURES))
+        # laplace-torch's enums (``enums.py``) become their strings here
+        likelihood = check_choice("likelihood", likelihood, NAMES)
+        subset_of_weights = check_choice(
+            "subset_of_weights", subset_of_weights, SUBSETS
+        )
+        hessian_structure = check_choice(
+            "hessian_structure", hessian_structure, tuple(STRUCTURES)
+        )
         check_combination(subset_of_weights, hessian_structure)
         check_options(hessian_structure, structure_options)
+        if not isinstance(enable_backprop, bool):
+            raise ValueError(
+                f"enable_backprop must be True or False, got {enable_backprop!r}"
+            )
         if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
             raise ValueError(
                 "subnetwork_indices go with subset_of_weights='subnetwork', and only "
@@ -93,6 +107,7 @@ class Laplace:
         self.subnetwork_indices = subnetwork_indices
         self.last_layer_name = last_layer_name
         self.structure_options = structure_options
+        self.enable_backprop = enable_backprop
         # Λ at σ = 1: σ enters through c = 1/(σ²T)
         self._lik = get_likelihood(likelihood, 1.0)
         self.weights = self._select_weights()
@@ -391,8 +406,10 @@ class Laplace:
         tensor) or by the lowest negative log predictive density on ``val_loader``
         among ``grid_size`` values 10^[min, max] (``"gridsearch"``). A failure
         restores δ."""
-        check_choice("method", method, ("marglik", "gridsearch"))
-        check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
+        method = check_choice("method", method, ("marglik", "gridsearch"))
+        prior_structure = check_choice(
+            "prior_structure", prior_structure, ("scalar", "layerwise")
+        )
         self._post()
         if method == "marglik":
             if val_loader is not None:
@@ -431,7 +448,9 @@ class Laplace:
         """Maximise the evidence over δ and (regression) σ by Adam on their logs, from
         the current values; returns the evidence before each step (the values after
         the last step are kept, as laplace-torch does)."""
-        check_choice("prior_structure", prior_structure, ("scalar", "layerwise"))
+        prior_structure = check_choice(
+            "prior_structure", prior_structure, ("scalar", "layerwise")
+        )
         check_count("n_steps", n_steps)
         check_positive("lr", lr)
         self._post()
@@ -486,6 +505,19 @@ class Laplace:
                 f"these: {e}"
             ) from None
 
+    @property
+    def _keep_graph(self) -> bool:
+        """Whether predictions keep the graph to their inputs x: with
+        ``enable_backprop=True`` (laplace-torch's flag), outside the caller's
+        ``torch.no_grad``. Never a graph to θ*: gradients flow to x only."""
+        return self.enable_backprop and torch.is_grad_enabled()
+
+    def _features(self, x: Tensor, keep: bool) -> Tensor:
+        """What ``weights.f_module`` takes: x (detached unless ``keep``), or the last
+        layer's input φ(x) (N, D), computed once for all of x."""
+        x = x if keep else x.detach()
+        return x if self.weights.features is None else self.weights.features(x)
+
     def jacobians(self, x: Tensor) -> Tensor:
         """J = ∂f(x; θ)/∂θ at θ* over the Laplace weights, (N, K, P)."""
         return jacobian(self.weights.f, self.mean, x)
@@ -503,28 +535,29 @@ class Laplace:
         """f_mu (N, K) and f_var = J Σ Jᵀ (N, K, K) of the linearised network (without
         σ²); with ``joint=True`` over all N·K outputs: (N·K,) and (N·K, N·K). Diagonal
         and KFAC posteriors of Linear/Conv2d networks never form J
-        (``layer_predictive.py``); the others form it a few inputs at a time."""
+        (``layer_predictive.py``); the others form it a few inputs at a time. With
+        ``enable_backprop=True`` both are differentiable in x."""
         self._check_x(x)
-        with torch.no_grad():
-            f_mu = self.weights.f(self.mean, x)
+        keep, w = self._keep_graph, self.weights
+        x_in = self._features(x, keep)
+        with nullcontext() if keep else torch.no_grad():
+            f_mu = w.f_module(self.mean, x_in)
         if joint:
-            J = self.jacobians(x)
+            J = jacobian(w.f_module, self.mean, x_in)
             N, K, P = J.shape
             return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
         layers = self._predictive_layers()
         if layers is not None:  # diag and KFAC on Linear/Conv2d layers: no J
-            w = self.weights
             theta = self.mean.detach().requires_grad_()  # so that each z needs grad
-            x_in = x if w.features is None else w.features(x)
             blocks = self._post().layer_blocks(self.prior_precision, self._c)
             _, f_var = glm_variance(
-                lambda X: w.f_module(theta, X), w.module, layers, x_in, blocks
+                lambda X: w.f_module(theta, X), w.module, layers, x_in, blocks, keep
             )
             return f_mu, f_var
         # few enough inputs for their J to stay small beside a P×P matrix (or CHUNK_CAP)
         K, P = f_mu.shape[-1], self.n_params
         chunk = jacobian_chunk(K, P, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP)
-        Js = (self.jacobians(xc) for xc in x.split(chunk))
+        Js = (jacobian(w.f_module, self.mean, xc) for xc in x_in.split(chunk))
         return f_mu, torch.cat([self.functional_variance(J) for J in Js])
 
     def __call__(
@@ -542,8 +575,8 @@ class Laplace:
         (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
         Classification: class probabilities (N, C) by ``link_approx`` or over sampled
         networks; ``joint`` is refused (see ``glm_predictive(x, joint=True)``)."""
-        check_choice("pred_type", pred_type, ("glm", "nn"))
-        check_choice("link_approx", link_approx, LINKS)
+        pred_type = check_choice("pred_type", pred_type, ("glm", "nn"))
+        link_approx = check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
         reg = self._lik.has_noise
         if joint and not reg:
@@ -573,12 +606,16 @@ class Laplace:
     ) -> Tensor:
         """Samples of the outputs f at x, (S, N, K), as laplace-torch's: ``"glm"`` from
         N(f_mu, f_var) per input (diagonal with ``diagonal_output``), ``"nn"`` the
-        network at θ ~ N(θ*, Σ)."""
-        check_choice("pred_type", pred_type, ("glm", "nn"))
+        network at θ ~ N(θ*, Σ). With ``enable_backprop=True``, differentiable in x."""
+        pred_type = check_choice("pred_type", pred_type, ("glm", "nn"))
         check_count("n_samples", n_samples)
         if pred_type == "nn":  # (glm_predictive checks x itself)
             self._check_x(x)
-            return nn_samples(self.weights.f, x, self.sample(n_samples, generator))
+            keep = self._keep_graph
+            thetas = self.sample(n_samples, generator)
+            return nn_samples(
+                self.weights.f_module, self._features(x, keep), thetas, keep
+            )
         f_mu, f_var = self.glm_predictive(x)
         if diagonal_output:
             f_var = torch.diag_embed(f_var.diagonal(dim1=-2, dim2=-1))
@@ -591,3 +628,8 @@ class Laplace:
         (S, N, C) (C = 2 for one logit), or the outputs (S, N, K) for regression."""
         f = self.functional_samples(x, pred_type, n_samples, diagonal_output, generator)
         return self._lik.inverse_link(f)
+
+
+# laplace-torch's scripts name its base class (``isinstance(la, BaseLaplace)``); here
+# one class makes every Laplace object, so that name is this class
+BaseLaplace = Laplace

@@ -85,12 +85,18 @@ def _layer_variance(m: nn.Module, a: Tensor, g: Tensor, blocks: list) -> Tensor:
 
 
 def glm_variance(
-    forward: Callable[[Tensor], Tensor], model, layers, X: Tensor, blocks: list
+    forward: Callable[[Tensor], Tensor],
+    model,
+    layers,
+    X: Tensor,
+    blocks: list,
+    keep_graph: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """f_mu (n, K) and f_var = J Σ Jᵀ (n, K, K) at inputs X (differentiable in the
-    blocks, e.g. in δ) for one :class:`LayerBlock` per trainable parameter tensor of
-    ``layers`` (holding all of ``model``'s), in ``model.parameters()`` order.
-    ``forward``: the network at θ* with each layer's output requiring gradients."""
+    blocks, e.g. in δ; with ``keep_graph`` also in X, as both are then) for one
+    :class:`LayerBlock` per trainable parameter tensor of ``layers`` (holding all of
+    ``model``'s), in ``model.parameters()`` order. ``forward``: the network at θ* with
+    each layer's output requiring gradients."""
     sizes = [sum(p.requires_grad for p in m.parameters(recurse=False)) for m in layers]
     if sum(sizes) != len(blocks):
         raise ValueError(f"{len(blocks)} posterior blocks for {sum(sizes)} tensors")
@@ -99,13 +105,14 @@ def glm_variance(
     chunk = _chunk(model, layers, X)
     mus, variances = [], []
     for Xc in X.split(chunk):
-        f, inputs, zs = forward_with_hooks(forward, model, layers, Xc)
-        grads = pull_back(f, zs)  # grads[k][i]: ∂fₖ/∂zᵢ, shaped like zᵢ
+        f, inputs, zs = forward_with_hooks(forward, model, layers, Xc, keep_graph)
+        # grads[k][i]: ∂fₖ/∂zᵢ, shaped like zᵢ (with keep_graph: functions of Xc)
+        grads = pull_back(f, zs, create_graph=keep_graph)
         f_var = f.new_zeros(f.shape[0], f.shape[1], f.shape[1])
         for i, m in enumerate(layers):
             g = torch.stack([gk[i] for gk in grads], 1)  # (n, K, *zᵢ.shape[1:])
             f_var += _layer_variance(m, inputs[i], g, per_layer[i])
-        mus.append(f.detach())
+        mus.append(f if keep_graph else f.detach())
         variances.append(f_var)  # differentiable in the blocks, not in θ
     return torch.cat(mus), torch.cat(variances)
 

@@ -71,14 +71,17 @@ class Backprop:
     grads: list[list[Tensor]]
 
 
-def forward_with_hooks(forward: Callable[[Tensor], Tensor], model, layers, X: Tensor):
+def forward_with_hooks(
+    forward: Callable[[Tensor], Tensor], model, layers, X: Tensor, keep_graph=False
+):
     """``forward(X)`` (``model`` or a functional call of it) with hooks on ``layers``:
-    the outputs f (n, K), each layer's input (detached) and output z (in the graph)."""
+    the outputs f (n, K), each layer's input (detached, unless ``keep_graph``: then in
+    the graph from X) and output z (in the graph)."""
     inputs: dict[nn.Module, Tensor] = {}
     outputs: dict[nn.Module, Tensor] = {}
 
     def hook(m: nn.Module, args: tuple, out: Tensor) -> None:
-        inputs[m], outputs[m] = args[0].detach(), out
+        inputs[m], outputs[m] = args[0] if keep_graph else args[0].detach(), out
 
     handles = [m.register_forward_hook(hook) for m in layers]
     try:  # backward hooks are attached in the forward pass: none on our graph
@@ -90,15 +93,25 @@ def forward_with_hooks(forward: Callable[[Tensor], Tensor], model, layers, X: Te
     return f, [inputs[m] for m in layers], [outputs[m] for m in layers]
 
 
-def pull_back(f: Tensor, zs: list[Tensor], S: Tensor | None = None):
+def pull_back(
+    f: Tensor, zs: list[Tensor], S: Tensor | None = None, create_graph: bool = False
+):
     """``grads[c][i]``: Σₙ sₙ꜀ᵀ f(xₙ) differentiated with respect to layer i's output
     zs[i], whose row n is gₙ꜀ = Jzₙᵀ sₙ꜀. S (n, K, K) holds the columns sₙ꜀; None
-    means the unit vectors, so that gₙₖ = ∂fₖ(xₙ)/∂zₙ. One backward pass per column."""
+    means the unit vectors, so that gₙₖ = ∂fₖ(xₙ)/∂zₙ. One backward pass per column;
+    ``create_graph``: the g are differentiable (e.g. in the inputs X)."""
     K = f.shape[1]
     with torch.enable_grad():  # also under the caller's no_grad
         cols = [f[:, c] if S is None else (S[:, :, c] * f).sum(1) for c in range(K)]
         return [
-            list(torch.autograd.grad(col.sum(), zs, retain_graph=c < K - 1))
+            list(
+                torch.autograd.grad(
+                    col.sum(),
+                    zs,
+                    retain_graph=create_graph or c < K - 1,
+                    create_graph=create_graph,
+                )
+            )
             for c, col in enumerate(cols)
         ]
 

@@ -157,7 +157,7 @@ class Categorical(_Classification):
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
         """Class probabilities (N, K) of the Gaussian logits, by ``link_approx``."""
-        check_choice("link_approx", link_approx, LINKS)
+        link_approx = check_choice("link_approx", link_approx, LINKS)
         if link_approx == "probit":
             return probit(f_mu, f_var)
         if link_approx == "mc":
@@ -202,7 +202,7 @@ class Bernoulli(_Classification):
 
     def link(self, f_mu, f_var, link_approx="probit", n_samples=100, generator=None):
         """Class probabilities (N, 2) of the Gaussian logit, by ``link_approx``."""
-        check_choice("link_approx", link_approx, LINKS)
+        link_approx = check_choice("link_approx", link_approx, LINKS)
         if link_approx.startswith("bridge"):
             raise ValueError(
                 "link_approx='bridge' needs K ≥ 2 logits; "
@@ -229,7 +229,7 @@ def get_likelihood(likelihood: str | Likelihood, sigma_noise: float = 1.0):
     ``"binary_classification"`` → Bernoulli; likelihood objects pass through."""
     if isinstance(likelihood, Gaussian | Categorical | Bernoulli):
         return likelihood
-    check_choice("likelihood", likelihood, NAMES)
+    likelihood = check_choice("likelihood", likelihood, NAMES)
     if likelihood == "regression":
         return Gaussian(sigma_noise)
     return Categorical() if likelihood == "classification" else Bernoulli()

@@ -57,9 +57,11 @@ def marglik_training(
     Weight decay in ``optimizer_kwargs`` is set to 0 with a warning; σ is learned for
     regression unless ``fix_sigma_noise``; the scheduler steps after every batch. On an
     error the model's weights are restored."""
-    check_choice("likelihood", likelihood, NAMES)
-    check_choice("hessian_structure", hessian_structure, tuple(STRUCTURES))
-    check_choice("prior_structure", prior_structure, PRIOR_KINDS)
+    likelihood = check_choice("likelihood", likelihood, NAMES)
+    hessian_structure = check_choice(
+        "hessian_structure", hessian_structure, tuple(STRUCTURES)
+    )
+    prior_structure = check_choice("prior_structure", prior_structure, PRIOR_KINDS)
     priors = STRUCTURES[hessian_structure].priors
     if prior_structure not in priors:
         raise ValueError(

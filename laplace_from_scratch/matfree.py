@@ -218,11 +218,20 @@ def jacobian_sandwich_cg(
 ) -> tuple[Tensor, int]:
     """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
     with Σ⁻¹, taking (P, N·K); ``precondition``: :func:`conjugate_gradient`'s). J:
-    (N, K, P) → ((N, K, K), CG's iterations)."""
+    (N, K, P) → ((N, K, K), CG's iterations), differentiable in J (not in
+    ``matvec``)."""
     N, K, P = J.shape
-    B = J.reshape(N * K, P).T
-    solves, iterations = conjugate_gradient(matvec, B, tol, max_iter, precondition)
-    return torch.einsum("nkp,nlp->nkl", J, solves.T.reshape(N, K, P)), iterations
+    with torch.no_grad():  # J's gradient comes from the identity below, not from CG
+        B = J.reshape(N * K, P).T
+        solves, iterations = conjugate_gradient(matvec, B, tol, max_iter, precondition)
+    S = solves.T.reshape(N, K, P)  # Σ Jᵀ, one row per row of J
+    fvar = torch.einsum("nkp,nlp->nkl", J.detach(), S)
+    if (
+        J.requires_grad
+    ):  # d(J Σ Jᵀ) = dJ (Σ Jᵀ) + (J Σ) dJᵀ: the same value, J's gradient
+        dJ = J - J.detach()  # zero, carrying J's graph
+        fvar = fvar + torch.einsum("nkp,nlp->nkl", dJ, S) + S @ dJ.mT
+    return fvar, iterations
 
 
 # ----- matrix-free Laplace as a posterior structure -----------------------------

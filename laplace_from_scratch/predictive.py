@@ -10,6 +10,7 @@ Shapes: N inputs, K outputs, P parameters, S samples.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -42,9 +43,12 @@ def linearized_samples(f: Functional, theta: Tensor, X: Tensor, samples: Tensor)
     return f_mu + torch.einsum("nkp,sp->snk", J, samples - theta)
 
 
-def nn_samples(f: Functional, X: Tensor, samples: Tensor) -> Tensor:
-    """The network at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N, K)."""
-    with torch.no_grad():
+def nn_samples(
+    f: Functional, X: Tensor, samples: Tensor, keep_graph: bool = False
+) -> Tensor:
+    """The network at each sampled θₛ ("NN sampling"). samples: (S, P) → (S, N, K),
+    without gradients unless ``keep_graph`` (then differentiable in X)."""
+    with nullcontext() if keep_graph else torch.no_grad():
         return vmap(f, in_dims=(0, None))(samples, X)
 
 

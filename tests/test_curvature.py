@@ -150,7 +150,7 @@ def test_gaussian_bad_sigma_and_shapes():
         Gaussian(1.0).nll(torch.zeros(3, 1), torch.zeros(3))
 
 
-def test_predictive_jacobian_blocks_stay_bounded_without_a_pp_matrix():
+def test_predictive_jacobian_blocks_stay_bounded_without_a_pp_matrix(monkeypatch):
     """glm_predictive forms Jacobians a few inputs at a time. The budget was a fraction of
     one P×P matrix, which a diagonal posterior at P = 10⁶ never allocates: 1/256 of it
     would be 390 inputs, 15.6 GB of Jacobians. Now at most 2²⁷ numbers per block."""
@@ -171,14 +171,17 @@ def test_predictive_jacobian_blocks_stay_bounded_without_a_pp_matrix():
     X = torch.randn(8, 100_000)
     la = Laplace(model, "classification", hessian_structure="diag")
     la.fit(DataLoader(TensorDataset(X, torch.arange(8) % K), batch_size=8))
-    seen, jacobians = [], la.jacobians
+    import laplace_from_scratch.laplace as laplace_module
 
-    def recording(x):
-        J = jacobians(x)
+    seen, jacobian = [], laplace_module.jacobian
+
+    def recording(f, theta, x):
+        J = jacobian(f, theta, x)
         seen.append(J.numel())
         return J
 
-    la.jacobians = recording
+    # every Jacobian glm_predictive forms (of x, or of the last layer's features)
+    monkeypatch.setattr(laplace_module, "jacobian", recording)
     # the Jacobian route, which networks outside Linear/Conv2d take (a Linear network's diagonal
     # predicts layer by layer, without J: tests/test_layer_predictive.py)
     la._predictive_layers = lambda: None
