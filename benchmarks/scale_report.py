@@ -187,7 +187,8 @@ def show(dev: dict) -> None:
         say(
             f"  MNIST, N = {a['n_train']:,}, {a['n_query']} test queries, "
             f"δ = {a['delta0']:g}; per measurement ≤ {timeout} s{cap}; full Laplace "
-            f"only up to P = {a['full_max_p']:,}"
+            f"only up to P = {a['full_max_p']:,}; matrix-free predicts on "
+            f"{a['matfree_query']} queries"
         )
     models = {k: v for rec in dev["recs"] for k, v in rec["meta"]["models"].items()}
     say(
