@@ -1,20 +1,24 @@
-"""Is the 1e-3 gap between ours and laplace-torch on the CNN of the CPU scale record float32's?
+"""Is the 1e-3 gap between ours and laplace-torch on the CNN of the CPU scale record
+float32's?
 
-One model of ``results/scale_2026-11-23_cpu.json`` (cnn:8:16 on MNIST, N = 1000, 200 test queries,
-δ = 1, the record's settings) is trained again by ``benchmarks/scale.py``'s own ``train`` (float32;
-other weights than the record's, so its float32 differences are not the record's own), and each
-(structure, implementation) cell is measured by its own ``measure`` in this process twice on the
-same weights: in float32, as recorded, and with the model, the data and the default dtype in
-float64. Agreement as in the record: relative difference of the evidence at δ = 1 and of the tuned
-δ, and the largest absolute difference of a probit probability.
+One model of ``results/scale_2026-11-23_cpu.json`` (cnn:8:16 on MNIST, N = 1000, 200
+test queries, δ = 1, the record's settings) is trained again by
+``benchmarks/scale.py``'s own ``train`` (float32; other weights than the record's, so
+its float32 differences are not the record's own), and each (structure, implementation)
+cell is measured by its own ``measure`` in this process twice on the same weights: in
+float32, as recorded, and with the model, the data and the default dtype in float64.
+Agreement as in the record: relative difference of the evidence at δ = 1 and of the
+tuned δ, and the largest absolute difference of a probit probability.
 
-laplace-torch's backend: curvlinops (the default, where the record's largest differences came from)
-for the last layer; BackPACK for all weights, where curvlinops ran out of memory (full) or took
-10 GB (diagonal). KFAC of all weights is left out: both backends that compute ours took 10 GB there
-in float32, too much for this machine in float64.
+laplace-torch's backend: curvlinops (the default, where the record's largest differences
+came from) for the last layer; BackPACK for all weights, where curvlinops ran out of
+memory (full) or took 10 GB (diagonal). KFAC of all weights is left out: both backends
+that compute ours took 10 GB there in float32, too much for this machine in float64.
 Times are not recorded: this ran beside other jobs.
 
-    PYTHONPATH=. python results/cnn_float64_check.py   # writes results/cnn_float64_check_<date>_cpu.json
+    PYTHONPATH=. python benchmarks/cnn_float64_check.py
+
+writes results/cnn_float64_check_<date>_cpu.json.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from laplace_from_scratch import helpers  # noqa: E402
+
 import scale  # noqa: E402
 from common import machine_meta  # noqa: E402
-
-from laplace_from_scratch import helpers  # noqa: E402
 
 CELLS = [  # (structure, laplace-torch backend)
     ("ll-full", "curvlinops"),
@@ -63,7 +67,9 @@ BUILD = scale.build_model  # float32
 def in_dtype(dtype: torch.dtype) -> None:
     """scale.measure's model and data in ``dtype`` (the weights are loaded into it)."""
     scale.build_model = lambda spec, data, dev: BUILD(spec, data, dev).to(dtype)
-    scale.load_data = lambda cfg: helpers.image_data(cfg["data"], cfg["n_train"], cfg["n_test"], dtype=dtype)
+    scale.load_data = lambda cfg: helpers.image_data(
+        cfg["data"], cfg["n_train"], cfg["n_test"], dtype=dtype
+    )
     torch.set_default_dtype(dtype)
 
 
@@ -89,14 +95,17 @@ def main() -> None:
                 "structure": structure,
                 "backend": backend,
                 "P": scale.posterior_size(
-                    scale.build_model(CFG["model"], scale.load_data(CFG), "cpu"), structure
+                    scale.build_model(CFG["model"], scale.load_data(CFG), "cpu"),
+                    structure,
                 ),
             }
             if "error" in o or "error" in t:
                 row["error"] = o.get("error") or t.get("error")
             else:
                 row["evidence_ours"] = o["evidence"]
-                row["evidence_rel"] = abs(t["evidence"] - o["evidence"]) / abs(o["evidence"])
+                row["evidence_rel"] = abs(t["evidence"] - o["evidence"]) / abs(
+                    o["evidence"]
+                )
                 row["probs_maxabs"] = float(np.abs(t["probs"] - o["probs"]).max())
                 if "delta" in o and "delta" in t:
                     row["delta_rel"] = abs(t["delta"] - o["delta"]) / o["delta"]
@@ -104,7 +113,11 @@ def main() -> None:
             rows.append(row)
     torch.set_default_dtype(torch.float32)
     meta = machine_meta(
-        "cpu", settings=CFG, map=trained, cells=CELLS, script="results/cnn_float64_check.py"
+        "cpu",
+        settings=CFG,
+        map=trained,
+        cells=CELLS,
+        script="benchmarks/cnn_float64_check.py",
     )
     out = ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

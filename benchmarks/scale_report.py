@@ -1,0 +1,321 @@
+"""Reading the records of ``scale.py`` for notebook 08: one table and one figure per
+device, and the verdict table the notebook leads with.
+
+A record is ``results/scale_<date>_<device>.json``; several records of one device (the
+GPU's first, timed cold, and its warm one) are read as one table, a row (model and
+structure) taken from the newest record that holds it (``read``). Ratios are ours over
+laplace-torch's best backend that finished the same row (the fastest; the smallest
+peak); a row counts as slower where that ratio exceeds ``SLOWER`` (1.1).
+
+    import scale_report as report
+    cpu = report.read([path])      # the records of one device, oldest first
+    report.show(cpu); report.figure(cpu)
+    report.verdict({"CPU": cpu, "H100": gpu})
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+import scale
+
+SLOWER = 1.1  # ours counts as slower above this ratio to laplace-torch's best
+# From this date on, our diagonal and KFAC predictive works layer by layer, without
+# per-example Jacobians (results/bench_predict_*.json times it): older records time the
+# Jacobian route, marked † in the table
+LAYERWISE = "2026-11-24"
+BACKEND_NAMES = {"curvlinops": "curvlinops", "backpack": "BackPACK", "asdl": "ASDL"}
+
+
+def say(text: str) -> None:
+    print(textwrap.fill(text, 88, subsequent_indent="  "))
+
+
+def same_approximation(r: dict) -> bool:
+    """False for BackPACK's KFAC of a CNN: it differs from curvlinops' and ASDL's, which
+    ours reproduces (the digits-cnn rows of notebook 08's parity matrix)."""
+    return not (
+        r["impl"] == "backpack"
+        and r["structure"] == "kron"
+        and r["model"].startswith("cnn")
+    )
+
+
+def failure(r: dict) -> str:
+    """An error, short: its kind and stage, and how much memory it asked for."""
+    e = r["error"]
+    kind = "device mismatch at fit" if "same device" in e else e.split(":")[0]
+    asked = re.search(r"allocate (\d+) bytes", e)
+    return kind + (f", asked {int(asked[1]) / 2**30:.1f} GiB" if asked else "")
+
+
+def best(cell: list[dict], key: str) -> float | None:
+    """laplace-torch's smallest ``key`` over its backends that finished."""
+    done = [
+        r[key] for r in cell if r["impl"] != "ours" and "error" not in r and r.get(key)
+    ]
+    return min(done, default=None)
+
+
+def plain(model: str, structure: str, data: str = "mnist") -> str:
+    """A row as a reader names it: "MLP 784-12-10, last-layer full"."""
+    return f"{scale.model_label(model, data)}, {scale.STRUCTURE_NAMES[structure]}"
+
+
+def label(m: dict) -> str:
+    """Where and with what a record was made."""
+    threads = f", {m['threads']} threads" if m["device"] == "cpu" else ""
+    dtype = f", {m['dtype']}" if "dtype" in m else ""
+    return (
+        f"recorded on {m['device_name']}{threads}, {m['date']}, torch {m['torch']}, "
+        f"laplace-torch {m['laplace_torch']}{dtype}"
+    )
+
+
+def warm(m: dict) -> bool:
+    """Whether a record timed everything after a warm-up on both sides
+    (``scale.warm_up``); older records timed δ tuning cold."""
+    return m["date"] >= "2026-11-27"
+
+
+def planned(m: dict) -> int | None:
+    """How many measurements a sweep recorded in parts planned (None: a whole run)."""
+    preset = scale.PRESETS.get(m["args"].get("preset"))
+    if preset is None:
+        return None
+    impls = ["ours", *scale.BACKENDS]
+    return len(scale.cells(preset["models"], scale.STRUCTURES, impls))
+
+
+def read(paths: list[Path]) -> dict:
+    """The records of one device (oldest first) as one table: a row per model and
+    structure, from the newest record holding it; what the verdict counts."""
+    recs = [json.loads(p.read_text()) | {"path": p} for p in paths]
+    cells: dict[tuple, tuple[dict, list]] = {}
+    for rec in recs:  # a newer record's row replaces an older one's
+        mine: dict[tuple, list] = {}
+        for r in rec["rows"]:
+            mine.setdefault((r["model"], r["structure"]), []).append(r)
+        cells |= {k: (rec, v) for k, v in mine.items()}
+    t = lambda x: "–" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.2g}"  # noqa: E731
+    e = lambda x: f"{x:.0e}" if x else "0"  # noqa: E731
+    table, agree, failed_default, failed_ours, other = [], [], [], [], []
+    ratio = {"fit_s": {}, "predict_s": {}, "tune_s": {}, "peak_bytes": {}}
+    for (model, s), (rec, cell) in cells.items():
+        m = rec["meta"]
+        ours = next(r for r in cell if r["impl"] == "ours")
+        P = scale.posterior_P(ours)
+        line = {
+            "model": model,
+            "structure": s,
+            "P": f"{P / 1e6:.3g}M" if P > 1e5 else P,
+        }
+        if len(recs) > 1:
+            line["record"] = m["date"][5:]
+        if "error" in ours:  # "skipped" (P over the cap) or "timeout"
+            line["fit s"] = ours["error"].split(":")[0].split()[0]
+            if not ours["error"].startswith("skip"):
+                failed_ours.append(ours | {"where": where(m)})
+        else:
+            stale = "†" if m["date"] < LAYERWISE and s in ("diag", "kron") else ""
+            mib = lambda b: None if b is None else b / 2**20  # noqa: E731
+            line["fit s"] = f"{t(ours['fit_s'])} / {t(best(cell, 'fit_s'))}"
+            line["predict s"] = (
+                f"{t(ours['predict_s'])}{stale} / {t(best(cell, 'predict_s'))}"
+            )
+            line["MiB"] = (
+                f"{t(mib(ours.get('peak_bytes')))} / {t(mib(best(cell, 'peak_bytes')))}"
+            )
+            for key in ratio:
+                cold_tune = key == "tune_s" and not warm(m)  # a one-time cost inside
+                if best(cell, key) is not None and ours.get(key) and not cold_tune:
+                    ratio[key][(model, s)] = ours[key] / best(cell, key)
+        vs = [
+            r
+            for r in cell
+            if "evidence_rel" in r and r["impl"] != "ours" and same_approximation(r)
+        ]
+        agree += vs
+        other += [r for r in cell if "evidence_rel" in r and not same_approximation(r)]
+        if "evidence_z" in ours:  # matrix-free vs our full, in SLQ's standard errors
+            line["Δ evid."] = f"{ours['evidence_z']:.1f} SE"
+            line["|Δp|"] = e(ours["probs_maxabs"])
+        elif vs:
+            line["Δ evid."] = e(max(r["evidence_rel"] for r in vs))
+            line["|Δp|"] = e(max(r["probs_maxabs"] for r in vs))
+        for r in cell:  # laplace-torch's default backend failed: who finished?
+            if r["impl"] == "curvlinops" and "error" in r:
+                if not r["error"].startswith("skipped"):
+                    done = [o for o in cell if o["impl"] != "ours" and "error" not in o]
+                    names = [BACKEND_NAMES[o["impl"]] for o in done]
+                    failed_default.append(r | {"finished_by": names})
+        table.append(line)
+    return {
+        "recs": recs,
+        "device": recs[-1]["meta"]["device"],
+        "table": pd.DataFrame(table).fillna("").set_index(["model", "structure"]),
+        "rows": [r for rec, cell in cells.values() for r in cell],
+        "cells": {k: cell for k, (rec, cell) in cells.items()},
+        "ratio": ratio,
+        "agree": agree,
+        "other": other,
+        "failed_default": failed_default,
+        "failed_ours": failed_ours,
+    }
+
+
+def where(m: dict) -> str:
+    return f"{m['threads']} CPU threads" if m["device"] == "cpu" else m["device_name"]
+
+
+def show(dev: dict) -> None:
+    """A device's table, and what a reader needs to read it."""
+    for rec in dev["recs"]:
+        m, a = rec["meta"], rec["meta"]["args"]
+        n = planned(m)
+        part = f"; partial: {len(rec['rows'])} of {n} planned measurements" if n else ""
+        timing = "everything warm" if warm(m) else "δ tuning cold"
+        say(f"results/{rec['path'].name}, {label(m)}; {timing}{part}")
+        cap = f", {a['cpu_mem_gb']:.0f} GB" if m["device"] == "cpu" else ""
+        timeout = max(run.get("timeout", a["timeout"]) for run in m.get("runs", [a]))
+        say(
+            f"  MNIST, N = {a['n_train']:,}, {a['n_query']} test queries, "
+            f"δ = {a['delta0']:g}; per measurement ≤ {timeout} s{cap}; full Laplace "
+            f"only up to P = {a['full_max_p']:,}; matrix-free predicts on "
+            f"{a['matfree_query']} queries"
+        )
+    models = {k: v for rec in dev["recs"] for k, v in rec["meta"]["models"].items()}
+    say(
+        "Models: "
+        + "; ".join(
+            f"{k} = {scale.model_label(k, 'mnist')} (P = {v['P']:,})"
+            for k, v in models.items()
+        )
+    )
+    print("\n" + dev["table"].to_string() + "\n")
+    say(
+        "ours / laplace-torch's best backend that finished (fastest; smallest peak). "
+        "Δ: the largest difference over the backends that compute our approximation "
+        "(matrix-free: to our full, in standard errors of its SLQ estimate)."
+        + (" †: our replaced Jacobian route." if "†" in str(dev["table"]) else "")
+    )
+    for r in dev["failed_default"]:
+        say(
+            f"laplace-torch's default backend (curvlinops) failed: "
+            f"{plain(r['model'], r['structure'])} ({failure(r)}; finished by "
+            f"{' and '.join(r['finished_by']) or 'none'})."
+        )
+    for r in dev["failed_ours"]:
+        say(
+            f"Ours did not finish: {plain(r['model'], r['structure'])} "
+            f"({r['error']}, on {r['where']})."
+        )
+    for r in dev["other"]:
+        say(
+            f"Left out of Δ, another approximation: {BACKEND_NAMES[r['impl']]}'s "
+            f"{scale.STRUCTURE_NAMES[r['structure']]} of the "
+            f"{scale.model_label(r['model'], 'mnist')} (relative Δ evid. "
+            f"{r['evidence_rel']:.1f}, tuned δ {r['delta_rel']:.2f})."
+        )
+
+
+def figure(dev: dict) -> None:
+    """A device's figure (``scale.plot``), titled with its records."""
+    names = " + ".join(rec["path"].name for rec in dev["recs"])
+    m = dev["recs"][-1]["meta"]
+    scale.plot(dev["rows"], title=f"{m['device_name']}: {names}")
+    plt.show()
+
+
+def share(values, test) -> str:
+    """ "a of b": how many of the values pass ``test``; "–" for none."""
+    values = list(values)
+    return f"{sum(map(test, values))} of {len(values)}" if values else "–"
+
+
+def verdict(devices: dict[str, dict]) -> pd.DataFrame:
+    """One column per device: in how many rows ours is slower (> SLOWER× laplace-torch's
+    best backend) or lighter, the largest differences where both compute the same
+    approximation, and the failures."""
+    col = {}
+    for name, dev in devices.items():
+        ratio, agree = dev["ratio"], dev["agree"]
+
+        def gap(kind: str, agree: list = agree) -> str:
+            rows = [r for r in agree if r["model"].startswith(kind)]
+            return f"{max(r['probs_maxabs'] for r in rows):.1e}" if rows else "–"
+
+        col[name] = {
+            "fits slower": share(ratio["fit_s"].values(), lambda v: v > SLOWER),
+            "predictions slower": share(
+                ratio["predict_s"].values(), lambda v: v > SLOWER
+            ),
+            "δ tunings slower (warm)": share(
+                ratio["tune_s"].values(), lambda v: v > SLOWER
+            ),
+            "lower peak memory": share(ratio["peak_bytes"].values(), lambda v: v < 1),
+            "largest relative Δ evidence": (
+                f"{max(r['evidence_rel'] for r in agree):.1e}"
+            ),
+            "largest relative Δ tuned δ": (
+                f"{max(r['delta_rel'] for r in agree if 'delta_rel' in r):.1e}"
+            ),
+            "largest |Δp|, MLP": gap("mlp"),
+            "largest |Δp|, CNN": gap("cnn"),
+            "laplace-torch's default backend failed": str(len(dev["failed_default"])),
+            "ours failed (time)": str(len(dev["failed_ours"])),
+        }
+    return pd.DataFrame(col)
+
+
+def slower(dev: dict, key: str) -> str:
+    """The rows where ours took over ``SLOWER``× the best backend, and by how much."""
+    rows = {k: v for k, v in dev["ratio"][key].items() if v > SLOWER}
+    return "; ".join(f"{plain(*k)} {v:.1f}×" for k, v in rows.items()) or "none"
+
+
+def predict_bench(paths: list[Path]) -> tuple[float, float, int]:
+    """``bench_predict.py``'s records of our layer-wise diag/KFAC predictive: prints and
+    returns ours' time over laplace-torch's (smallest, largest) and the smallest P."""
+    recs = [json.loads(p.read_text()) for p in paths]
+    timed = [r for rec in recs for r in rec["rows"] if "time_ratio" in r]
+    times = [r["time_ratio"] for r in timed]
+    backends = sorted({BACKEND_NAMES[r["impl"]] for r in timed})
+    say(
+        "†: the layer-wise route that replaced it, timed by "
+        + " and ".join(f"results/{p.name}" for p in paths)
+        + f" ({label(recs[0]['meta'])}) at P = "
+        + " and ".join(f"{P:,}" for P in sorted({r["P"] for r in timed}))
+        + f": {min(times):.2g} to {max(times):.2g} of the time of laplace-torch's "
+        + " and ".join(backends)
+    )
+    return min(times), max(times), min(r["P"] for r in timed)
+
+
+def float64_check(path: Path) -> list[dict]:
+    """``cnn_float64_check.py``'s record: the CNN measured again on new weights in
+    float32 and float64; prints its differences and returns its rows."""
+    check = json.loads(path.read_text())
+    rows = check["rows"]
+    structures = [r["structure"] for r in rows if r["dtype"] == "float32"]
+    backends = {r["structure"]: BACKEND_NAMES[r["backend"]] for r in rows}
+    say(
+        f"The CNN again, on newly trained weights, in float32 and float64: "
+        f"results/{path.name}, {label(check['meta'])}; laplace-torch's backend: "
+        + ", ".join(f"{s} {backends[s]}" for s in structures)
+    )
+    print(f"{'':>16}" + "".join(f"{s:>9}" for s in structures))
+    for dtype in ("float32", "float64"):
+        got = {r["structure"]: r for r in rows if r["dtype"] == dtype}
+        for q, name in (("evidence_rel", "Δ evid."), ("probs_maxabs", "|Δp|")):
+            print(
+                f"{dtype:>8} {name:>7}"
+                + "".join(f"{got[s][q]:>9.0e}" for s in structures)
+            )
+    return rows
