@@ -227,9 +227,14 @@ def show(dev: dict) -> None:
 
 def figure(dev: dict) -> None:
     """A device's figure (``scale.plot``), titled with its records."""
-    names = " + ".join(rec["path"].name for rec in dev["recs"])
     m = dev["recs"][-1]["meta"]
-    scale.plot(dev["rows"], title=f"{m['device_name']}: {names}")
+    where = (
+        f"{m['device_name']}, {m['threads']} threads"
+        if m["device"] == "cpu"
+        else m["device_name"]
+    )
+    dates = ", ".join(rec["meta"]["date"] for rec in dev["recs"])
+    scale.plot(dev["rows"], title=f"{where}: ours against laplace-torch ({dates})")
     plt.show()
 
 
