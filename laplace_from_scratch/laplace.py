@@ -328,7 +328,18 @@ class Laplace:
         return self._post().variance(self.prior_precision, self._c)
 
     def sample(self, n_samples: int = 100, generator=None) -> Tensor:
-        """θ ~ N(θ*, Σ), (S, P)."""
+        """θ ~ N(θ*, Σ), (S, P); for a subnetwork, as laplace-torch, full-length
+        samples (S, all weights) with the other weights at the model's values."""
+        draws = self._draw(n_samples, generator)
+        if self.subnetwork_indices is None:
+            return draws
+        rest = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
+        full = rest.to(draws.dtype).expand(n_samples, -1).clone()
+        full[:, self.subnetwork_indices] = draws
+        return full
+
+    def _draw(self, n_samples: int, generator=None) -> Tensor:
+        """θ ~ N(θ*, Σ) over the Laplace weights, (S, P)."""
         check_count("n_samples", n_samples)
         return self.mean + self._post().sample(
             n_samples, self.prior_precision, self._c, generator
@@ -598,7 +609,7 @@ class Laplace:
     def glm_samples(self, x: Tensor, n_samples: int = 100, generator=None) -> Tensor:
         """Outputs of the linearised network at posterior samples, (S, N, K)."""
         return linearized_samples(
-            self.weights.f, self.mean, x, self.sample(n_samples, generator)
+            self.weights.f, self.mean, x, self._draw(n_samples, generator)
         )
 
     def functional_samples(
@@ -612,7 +623,7 @@ class Laplace:
         if pred_type == "nn":  # (glm_predictive checks x itself)
             self._check_x(x)
             keep = self._keep_graph
-            thetas = self.sample(n_samples, generator)
+            thetas = self._draw(n_samples, generator)
             return nn_samples(
                 self.weights.f_module, self._features(x, keep), thetas, keep
             )

@@ -55,7 +55,8 @@ class Structure:
 
 def _diag(w: Weights, lik: Likelihood, sizes: list[int]) -> Builder:
     # the layer-wise route for Linear/Conv2d networks; per-example Jacobians otherwise
-    if supported_layers(w.module) is not None:
+    # (and for a subnetwork, which has no layers)
+    if w.module is not None and supported_layers(w.module) is not None:
         return DiagGGN(w.module, lik)
     return DiagJacobianGGN(w.f_module, w.theta, lik, sizes)
 
@@ -130,11 +131,15 @@ def check_options(structure: str, options: dict) -> None:
         takes[name](name, value)
 
 
+SUBNETWORK = ("full", "diag")  # laplace-torch 0.3's SubnetLaplace, DiagSubnetLaplace
+
+
 def check_combination(subset_of_weights: str, structure: str) -> None:
-    """A subnetwork has no layers, so only the structures built from f(θ, x) alone apply
-    (laplace-torch's ``SubnetLaplace`` is full too)."""
-    if subset_of_weights == "subnetwork" and structure != "full":
+    """A subnetwork has no layers, so only structures built from f(θ, x) and
+    per-example Jacobians apply: full and diag, as in laplace-torch 0.3."""
+    if subset_of_weights == "subnetwork" and structure not in SUBNETWORK:
         raise ValueError(
-            "subset_of_weights='subnetwork' supports hessian_structure='full' (as "
-            "laplace-torch)"
+            f"subset_of_weights='subnetwork' supports hessian_structure in "
+            f"{SUBNETWORK} (laplace-torch 0.3's SubnetLaplace and DiagSubnetLaplace), "
+            f"got {structure!r}"
         )

@@ -46,6 +46,7 @@ CELLS = (
     ("last_layer", "diag"),
     ("last_layer", "kron"),
     ("subnetwork", "full"),
+    ("subnetwork", "diag"),
 )
 QUANTITIES = ("H", "evidence", "predictive", "delta")
 OUR_LIKELIHOOD = {

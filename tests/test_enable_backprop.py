@@ -40,6 +40,8 @@ CASES = [
 ] + [
     ("regression", "subnetwork", "full"),
     ("classification", "subnetwork", "full"),
+    ("regression", "subnetwork", "diag"),
+    ("classification", "subnetwork", "diag"),
     ("binary_classification", "all", "full"),
     ("binary_classification", "all", "kron"),
     ("binary_classification", "last_layer", "diag"),
@@ -169,7 +171,7 @@ REF_CASES = [
     for lik in ("regression", "classification")
     for subset in ("all", "last_layer", "subnetwork")
     for structure in ("full", "diag", "kron", "lowrank", "matfree")
-    if subset != "subnetwork" or structure == "full"
+    if subset != "subnetwork" or structure in ("full", "diag")
 ]
 
 

@@ -54,4 +54,7 @@ def test_lab_check_catches_raw_markup_and_missing_values(tmp_path):
     assert "never filled in" in out, out
     assert "markdown cell 4: the value '0.42' is missing" in out, out
     assert "the value '0.41' is missing" not in out  # a stale value renders; tests/test_notebook_prose.py
-    assert (tmp_path / "shots/01_good/cell-01.png").is_file()
+    # a picture of each notebook's top, and of each cell with a problem only
+    assert (tmp_path / "shots/01_good/top.png").is_file()
+    assert not (tmp_path / "shots/01_good/cell-01.png").exists()
+    assert (tmp_path / "shots/02_bad/cell-02.png").is_file()

@@ -227,3 +227,43 @@ def test_prediction_cholesky_is_cached_and_follows_delta_sigma_and_refits():
     la.fit(_loader(d.X_train[:40], d.y_train[:40]))  # a refit drops the cache
     assert la.structure.cache.value is None
     torch.testing.assert_close(la(Xq)[1], fresh(), rtol=1e-8, atol=1e-12)
+
+
+def test_subnetwork_takes_full_and_diag_and_names_what_it_refuses():
+    model = mlp(1, 1)
+    idx = torch.arange(0, 20, 2)
+    for structure in ("kron", "lowrank", "matfree"):
+        with pytest.raises(ValueError, match="DiagSubnetLaplace"):
+            Laplace(
+                model, "regression", subset_of_weights="subnetwork",
+                hessian_structure=structure, subnetwork_indices=idx,
+            )  # fmt: skip
+
+
+@pytest.mark.parametrize("structure", ["full", "diag"])
+def test_subnetwork_samples_are_full_length_as_laplace_torchs(structure):
+    """laplace-torch's SubnetLaplace.sample returns every weight: the subnetwork's drawn,
+    the others at their fitted values (its assemble_full_samples). Ours the same, and
+    its subnetwork entries are our draws over the subnetwork."""
+    laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `make install`")
+    torch.manual_seed(0)
+    model = mlp(1, 1).double()
+    X = torch.linspace(-2, 2, 30, dtype=torch.float64)[:, None]
+    y = torch.sin(X)
+    P = sum(p.numel() for p in model.parameters())
+    idx = torch.arange(1, P, 5)
+    kw = dict(subset_of_weights="subnetwork", hessian_structure=structure,
+              subnetwork_indices=idx, sigma_noise=0.3, prior_precision=2.0)  # fmt: skip
+    ours, ref = Laplace(model, "regression", **kw), laplace.Laplace(model, "regression", **kw)
+    ours.fit(_loader(X, y))
+    ref.fit(_loader(X, y))
+    s_ours = ours.sample(7, generator=torch.Generator().manual_seed(1))
+    s_ref = ref.sample(7, generator=torch.Generator().manual_seed(1))
+    theta = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    rest = torch.ones(P, dtype=torch.bool)
+    rest[idx] = False
+    assert s_ours.shape == s_ref.shape == (7, P)
+    assert torch.equal(s_ours[:, rest], s_ref[:, rest])
+    assert torch.equal(s_ours[:, rest], theta[rest].expand(7, -1))
+    draws = ours._draw(7, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(s_ours[:, idx], draws)

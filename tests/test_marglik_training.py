@@ -177,6 +177,8 @@ def test_burn_in_past_the_end_returns_a_laplace_at_the_initial_hyperparameters()
 def test_runs_on_every_structure_without_touching_the_default_device(structure):
     model, loader = problem("regression")
     batches = list(loader)  # a DataLoader cannot be iterated with a meta default device
+    if structure == "matfree":  # its SLQ costs many products per step: one batch is enough
+        batches = batches[:1]
     with torch.device("meta"):
         la, _, margliks, _ = lfs.marglik_training(
             model, batches, "regression", structure, n_epochs=2, n_hypersteps=2,

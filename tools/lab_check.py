@@ -11,7 +11,7 @@ checks), opens each notebook, and fails on
     ``tools/prose.py``) missing from its rendered cell,
   - TeX left untypeset in the rendered markdown once MathJax has run,
   - a console error or an uncaught script error, or a request that leaves the machine.
-It saves a screenshot of the top of each notebook and of every markdown cell that quotes a number, under
+It saves a screenshot of the top of each notebook and of every markdown cell with a problem, under
 --shots (default book/_build/lab-check/).
 
 The browser is the one the site check uses (Debian's ``chromium`` or $CHROMIUM, through Playwright's Python
@@ -166,7 +166,7 @@ def check_notebook(page, base: str, token: str, root: Path, rel: str, shots: Pat
         if not cell["rendered"] or cell["html"] == 0:
             problems.append(f"{where} did not render")
             continue
-        text = cell["text"]
+        text, before = cell["text"], len(problems)
         if m := RAW_ROLE.search(text):
             problems.append(f"{where}: raw MyST role ...{text[max(0, m.start() - 40) : m.end() + 40]!r}...")
         if m := RAW_TEX.search(text):
@@ -178,7 +178,7 @@ def check_notebook(page, base: str, token: str, root: Path, rel: str, shots: Pat
             elif v not in rest:
                 problems.append(f"{where}: the value {v!r} is missing from the rendered text")
             rest = rest.replace(v, "", 1)
-        if values:
+        if values and len(problems) > before:  # a picture of each cell with a problem
             try:
                 locators.nth(i).screenshot(path=str(shots / f"cell-{i + 1:02d}.png"), timeout=10_000)
             except PlaywrightError as e:
