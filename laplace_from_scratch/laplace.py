@@ -41,6 +41,7 @@ from .checks import (
 )
 from .curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
 from .devices import as_like, check_device
+from .functional import flatten_params
 from .jacobians import jacobian
 from .layer_predictive import glm_variance
 from .layers import supported_layers
@@ -333,8 +334,8 @@ class Laplace:
         draws = self._draw(n_samples, generator)
         if self.subnetwork_indices is None:
             return draws
-        rest = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
-        full = rest.to(draws.dtype).expand(n_samples, -1).clone()
+        # the flat order subnetwork_indices index (weights.select_weights')
+        full = flatten_params(self.model).to(draws.dtype).expand(n_samples, -1).clone()
         full[:, self.subnetwork_indices] = draws
         return full
 

@@ -267,3 +267,21 @@ def test_subnetwork_samples_are_full_length_as_laplace_torchs(structure):
     assert torch.equal(s_ours[:, rest], theta[rest].expand(7, -1))
     draws = ours._draw(7, generator=torch.Generator().manual_seed(1))
     assert torch.equal(s_ours[:, idx], draws)
+
+
+def test_subnetwork_samples_follow_the_trainable_weights_order():
+    """subnetwork_indices index the trainable weights only (flatten_params); a frozen
+    layer is not in the samples, and the other weights keep their values."""
+    model = mlp(1, 1)
+    model[0].requires_grad_(False)
+    X = torch.linspace(-2, 2, 20, dtype=next(model.parameters()).dtype)[:, None]
+    P = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    idx = torch.arange(0, P, 4)
+    la = Laplace(model, "regression", subset_of_weights="subnetwork", subnetwork_indices=idx)
+    la.fit(_loader(X, torch.sin(X)))
+    s = la.sample(3, generator=torch.Generator().manual_seed(0))
+    theta = torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+    rest = torch.ones(P, dtype=torch.bool)
+    rest[idx] = False
+    assert s.shape == (3, P)
+    assert torch.equal(s[:, rest], theta[rest].expand(3, -1))
