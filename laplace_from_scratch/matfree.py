@@ -226,9 +226,8 @@ def jacobian_sandwich_cg(
         solves, iterations = conjugate_gradient(matvec, B, tol, max_iter, precondition)
     S = solves.T.reshape(N, K, P)  # Σ Jᵀ, one row per row of J
     fvar = torch.einsum("nkp,nlp->nkl", J.detach(), S)
-    if (
-        J.requires_grad
-    ):  # d(J Σ Jᵀ) = dJ (Σ Jᵀ) + (J Σ) dJᵀ: the same value, J's gradient
+    if J.requires_grad:
+        # d(J Σ Jᵀ) = dJ (Σ Jᵀ) + (J Σ) dJᵀ: the same value, and J's gradient
         dJ = J - J.detach()  # zero, carrying J's graph
         fvar = fvar + torch.einsum("nkp,nlp->nkl", dJ, S) + S @ dJ.mT
     return fvar, iterations
