@@ -45,9 +45,9 @@ class LowRankGGN(MatfreeGGN):
 
     can_update = False
 
-    def __init__(self, *args, rank: int = 20, n_iter: int | None = None):
+    def __init__(self, *args, rank: int = 20, n_iter: int | None = None, module=None):
         check_count("rank", rank)
-        super().__init__(*args)  # f, θ*, the likelihood, the parameter sizes
+        super().__init__(*args, module=module)  # f, θ*, the likelihood, the sizes
         P = self.theta.numel()
         self.rank = min(rank, P)
         self.n_iter = n_iter or min(P, 2 * self.rank + 20)

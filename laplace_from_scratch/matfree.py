@@ -15,13 +15,15 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import jvp, vjp, vmap
 
 from .checks import check_count
 from .curvature import FunctionalBuilder, resume
 from .devices import rademacher, randn
 from .functional import Functional
+from .layer_ggn import LayerPass, check_layerwise, layer_pass, layerwise_ggn_product
+from .layers import supported_layers
 from .likelihoods import Likelihood
 from .memory_limit import check_bytes
 from .operators import Operator, per_row
@@ -96,11 +98,11 @@ def conjugate_gradient(
             )
         # converged columns take no step (their α is 0), so nothing divides 0 by 0
         alpha = torch.where(active, rz / torch.where(active, pAp, 1), 0)
-        x = x + alpha * p
-        r = r - alpha * Ap
+        x += alpha * p  # in place: x, r and p are CG's own
+        r -= alpha * Ap
         z = M(r)
         rz_new = (r * z).sum(0)
-        p = z + torch.where(active, rz_new / torch.where(active, rz, 1), 0) * p
+        p.mul_(torch.where(active, rz_new / torch.where(active, rz, 1), 0)).add_(z)
         rz = rz_new
     rr = (r * r).sum(0)
     residual = (rr.sqrt() / b.norm(dim=0)).max().item()
@@ -121,8 +123,8 @@ def check_basis_fits(n_params: int, m: int, like: Tensor) -> None:
         like.device,
         f"Lanczos with {m} steps needs a {n_params}×{m} "
         f"{str(like.dtype).removeprefix('torch.')} basis",
-        "Use fewer steps (rank, lanczos_steps or sample_steps) or "
-        "hessian_structure='diag' or 'kron'.",
+        "Use fewer steps (rank, preconditioner_rank, lanczos_steps or sample_steps), "
+        "preconditioner='none' or hessian_structure='diag' or 'kron'.",
     )
 
 
@@ -219,7 +221,10 @@ def jacobian_sandwich_cg(
     """J Σ Jᵀ per input by CG, all N·K rows of J solved together (``matvec``: products
     with Σ⁻¹, taking (P, N·K); ``precondition``: :func:`conjugate_gradient`'s). J:
     (N, K, P) → ((N, K, K), CG's iterations), differentiable in J (not in
-    ``matvec``)."""
+    ``matvec``). What ``tol`` buys: a variance bᵀΣb (b a row of J) is read as bᵀx
+    from CG's x, whose error is eᵀΣ⁻¹e = rᵀΣr ≤ ‖r‖² λ_max(Σ); as bᵀΣb ≥ ‖b‖² λ_min(Σ),
+    its relative error is at most κ·tol², κ the condition number of Σ⁻¹ (with or
+    without a preconditioner); the covariances between outputs only to O(tol)."""
     N, K, P = J.shape
     with torch.no_grad():  # J's gradient comes from the identity below, not from CG
         B = J.reshape(N * K, P).T
@@ -236,28 +241,130 @@ def jacobian_sandwich_cg(
 # ----- matrix-free Laplace as a posterior structure -----------------------------
 
 
-class GGNOperator(Operator):
-    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches: ``G @ v`` for v (P,) or (P, m)."""
+# elements of saved activations (examples × vectors × saved per example) one pass of
+# a GGN product may hold: passes this large run at full speed on a CPU
+PRODUCT_ELEMENTS = 2**24
+# the most elements the layer-wise passes of the stored data may keep between products
+PASS_CACHE_ELEMENTS = 2**26
 
-    def __init__(self, f: Functional, theta: Tensor, likelihood: Likelihood, batches):
+
+class GGNOperator(Operator):
+    """The GGN G = Σₙ Jₙᵀ Λₙ Jₙ over stored batches: ``G @ v`` for v (P,) or (P, m).
+    A product with m vectors runs on chunks of the stored inputs (batches joined or
+    split) of about ``PRODUCT_ELEMENTS`` / (m · what a backward pass saves for one
+    example) rows: many passes of few rows are slow, one pass of many rows and many
+    vectors runs out of memory. Linear networks take the layer-wise product
+    (``layer_ggn.py``), whose per-chunk passes are kept for the next product if they
+    hold at most ``PASS_CACHE_ELEMENTS`` numbers; other networks JVPs under ``vmap``."""
+
+    def __init__(self, f, theta: Tensor, likelihood: Likelihood, batches, module=None):
         self.f, self.theta = f, theta
         self.likelihood, self.batches = likelihood, batches
         self.like, self.shape = theta, (theta.numel(), theta.numel())
+        self.saved_per_example: int | None = None
+        self.module, self._layers = module, None  # f's network, if it has one
+        self._passes: tuple[int, list[LayerPass]] | None = None  # (rows, passes)
 
     def __matmul__(self, v: Tensor) -> Tensor:
-        return sum(
-            ggn_vector_product(self.f, self.theta, X, self.likelihood, v)
-            for X in self.batches
-        )
+        rows = self.rows_per_pass(1 if v.ndim == 1 else v.shape[1])
+        layers = self.layers()
+        if not layers:
+            return sum(
+                ggn_vector_product(self.f, self.theta, X, self.likelihood, v, rows)
+                for X in chunks(self.batches, rows)
+            )
+        V = v if v.ndim == 2 else v[:, None]
+        out = sum(layerwise_ggn_product(layers, lp, V) for lp in self.passes(rows))
+        return out if v.ndim == 2 else out[:, 0]
+
+    def passes(self, rows: int):
+        """The layer-wise passes of the stored data in chunks of ``rows``: kept from
+        the last product with as many rows, or made (and kept if small enough)."""
+        if self._passes is not None and self._passes[0] == rows:
+            yield from self._passes[1]
+            return
+        self._passes, kept, size = None, [], 0
+        args = self.forward, self.module, self.layers()
+        for X in chunks(self.batches, rows):
+            lp = layer_pass(*args, X, self.likelihood)
+            size += lp.numel()
+            if kept is not None:
+                kept = kept + [lp] if size <= PASS_CACHE_ELEMENTS else None
+            yield lp
+        if kept is not None:
+            self._passes = rows, kept
+
+    def forward(self, X: Tensor) -> Tensor:
+        """f(θ*, X) with each layer's output in a graph (for the layer-wise product)."""
+        return self.f(self.theta.detach().requires_grad_(), X)
+
+    def layers(self) -> list[nn.Module]:
+        """The layers of the layer-wise product (``layer_ggn.py``): the network's Linear
+        layers if they hold all of θ and it supports them; else [] (JVPs)."""
+        if self._layers is None:
+            layers = None if self.module is None else supported_layers(self.module)
+            try:
+                if layers:
+                    x = self.batches[0][:1]
+                    check_layerwise(self.forward, self.module, layers, x)
+            except NotImplementedError:
+                layers = None
+            self._layers = layers or []
+        return self._layers
+
+    def rows_per_pass(self, m: int) -> int:
+        if self.saved_per_example is None:
+            self.saved_per_example = saved_elements(self.f, self.theta, self.batches)
+        return max(1, PRODUCT_ELEMENTS // (m * self.saved_per_example))
+
+
+def saved_elements(f: Functional, theta: Tensor, batches: list[Tensor]) -> int:
+    """Elements autograd saves for the backward pass of f(θ, x) on one example."""
+    count = 0
+
+    def pack(t: Tensor) -> Tensor:
+        nonlocal count
+        count += t.numel()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.enable_grad():
+            f(theta.detach().requires_grad_(), batches[0][:1])
+    return max(1, count)
+
+
+def chunks(batches: list[Tensor], rows: int):
+    """The rows of ``batches`` in order, ``rows`` at a time (the last: fewer)."""
+    pending: list[Tensor] = []
+    n = 0
+    for X in batches:
+        pending.append(X)
+        n += X.shape[0]
+        while n >= rows:
+            joined = torch.cat(pending) if len(pending) > 1 else pending[0]
+            yield joined[:rows]
+            pending, n = [joined[rows:]], n - rows
+    if n:
+        yield torch.cat(pending) if len(pending) > 1 else pending[0]
 
 
 class MatfreeMatrix(Operator):
     """Σ⁻¹ v = c·G v + p₀ ⊙ v (p₀ scalar or (P,), v (P,) or (P, m)); with
     ``inverse=True`` the covariance Σ, each product a CG solve to ``cg_tol``."""
 
-    def __init__(self, G, prior, c, inverse=False, cg_tol=1e-6, cg_max_iter=None):
+    def __init__(
+        self,
+        G,
+        prior,
+        c,
+        inverse=False,
+        cg_tol=1e-6,
+        cg_max_iter=None,
+        precondition=None,
+    ):
         self.G, self.prior, self.c, self.inverse = G, prior, c, inverse
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
+        self.precondition = precondition  # for CG: v ↦ M⁻¹ v, M ≈ Σ⁻¹
         self.like, self.shape = G.like, G.shape
 
     def precision_product(self, v: Tensor) -> Tensor:
@@ -267,8 +374,8 @@ class MatfreeMatrix(Operator):
     def __matmul__(self, v: Tensor) -> Tensor:
         if not self.inverse:
             return self.precision_product(v)
-        tol, max_iter = self.cg_tol, self.cg_max_iter
-        return conjugate_gradient(self.precision_product, v, tol, max_iter)[0]
+        args = self.cg_tol, self.cg_max_iter, self.precondition
+        return conjugate_gradient(self.precision_product, v, *args)[0]
 
     def logdet(self) -> Tensor:
         raise NotImplementedError(
@@ -280,46 +387,48 @@ class MatfreeMatrix(Operator):
 class MatfreeGGN(FunctionalBuilder):
     """Builder: ``update(X)`` stores each batch (and returns f(X)); ``finish()`` returns
     a :class:`MatfreePosterior` over them, made with ``options``. ``preconditioner``:
-    a builder (diagonal or KFAC) fed the same batches; its posterior preconditions CG.
-    """
+    None, or a function that returns a fresh builder (low-rank, diagonal or KFAC) whose
+    posterior, fitted on the same batches when first needed, preconditions CG."""
 
-    def __init__(self, *args, preconditioner=None, **options):  # f, θ*, lik., sizes
-        super().__init__(*args)
+    def __init__(self, *args, preconditioner=None, module=None, **options):
+        super().__init__(*args)  # f, θ*, the likelihood, the parameter sizes
         self.options, self.batches, self.pre = options, [], preconditioner
+        self.module = module  # f's network, for the layer-wise products
 
     def update(self, X: Tensor) -> Tensor:
         self.batches.append(X)
-        if self.pre is not None:
-            self.pre.update(X)
         return self.outputs(X)
 
     def operator(self) -> GGNOperator:
         """The GGN of the stored batches, as products."""
-        return GGNOperator(self.f, self.theta, self.likelihood, self.batches)
+        lik, module = self.likelihood, self.module
+        return GGNOperator(self.f, self.theta, lik, self.batches, module)
 
     def finish(self) -> MatfreePosterior:
-        pre = None if self.pre is None else self.pre.finish()
         return MatfreePosterior(
-            self.operator(), self.param_sizes, preconditioner=pre, **self.options
+            self.operator(), self.param_sizes, preconditioner=self.pre, **self.options
         )
 
     def resumed(self) -> MatfreeGGN:
-        new = resume(self, "batches")
-        new.pre = None if self.pre is None else self.pre.resumed()
-        return new
+        return resume(self, "batches")
 
 
 class MatfreePosterior:
     """The ``posterior.Posterior`` protocol by products: ``log_det`` by SLQ
     (``n_probes`` probes of ``lanczos_steps`` steps, seeded with ``seed`` at every call;
     standard error ``log_det_se``), differentiable through the Hutchinson estimate of
-    diag Σ from the same probes, which is also ``variance``; ``functional_variance`` by
-    CG to ``cg_tol`` (iterations in ``cg_iterations``), optionally preconditioned by
-    ``preconditioner``, a diagonal or KFAC posterior of the same data whose Σ
-    approximates this one's. Measured, it does not pay: Σ⁻¹ = c·G + δI has P − rank(G)
-    eigenvalues equal to δ, a cluster plain CG exploits and a preconditioner spreads
-    (tests/test_matfree.py prints the counts); ``sample`` by Lanczos. Memory
-    O(P·lanczos_steps)."""
+    diag Σ from the same probes, which is also ``variance``; ``functional_variance``
+    and products with Σ by CG to ``cg_tol`` (iterations in ``cg_iterations``);
+    ``sample`` by Lanczos. Memory O(P·lanczos_steps).
+
+    ``preconditioner`` (None, or a function returning a builder): CG is preconditioned
+    by that builder's posterior Σ_pre, fitted on the stored batches at its first use
+    (so a fit for the evidence alone never pays for it). Its error costs iterations,
+    never accuracy. The low-rank one, U diag(1/(cλ + δ)) Uᵀ + (I − UUᵀ)/δ from the top
+    eigenpairs of G, leaves the P − rank(G) eigenvalues of Σ⁻¹ = c·G + δI that equal δ
+    where they are and takes out the largest: 153 → 33 iterations at P = 9,550 (rank
+    100; results/bench_matfree_*.json). The diagonal and KFAC ones spread that cluster
+    and barely pay (tests/test_matfree.py prints the counts)."""
 
     def __init__(
         self,
@@ -339,7 +448,7 @@ class MatfreePosterior:
         self.sample_steps, self.seed = sample_steps, seed
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.log_det_se: Tensor | None = None
-        self.pre, self.cg_iterations = preconditioner, None
+        self.make_pre, self.pre, self.cg_iterations = preconditioner, None, None
         self.cache = PerPrior()  # the SLQ estimate of the last (p₀, c)
 
     def _prior_diag(self, prior: Tensor) -> Tensor:
@@ -372,8 +481,13 @@ class MatfreePosterior:
 
     def _preconditioner(self, prior: Tensor, c: Tensor) -> MatVec | None:
         """v ↦ Σ_pre v, the preconditioner's covariance at the same (p₀, c)."""
-        if self.pre is None:
+        if self.make_pre is None:
             return None
+        if self.pre is None:  # first use: fit it on the stored batches
+            builder = self.make_pre()
+            for X in self.H.batches:
+                builder.update(X)
+            self.pre = builder.finish()
         c = torch.as_tensor(c, device=self.H.theta.device).detach()
         if isinstance(self.pre.H, Tensor) and self.pre.H.ndim == 1:  # diagonal d
             var = self.pre.variance(prior.detach(), c)
@@ -391,7 +505,9 @@ class MatfreePosterior:
         :meth:`log_det`'s own estimate."""
         p0 = self._prior_diag(prior).detach()
         c = torch.as_tensor(c, device=p0.device).detach()
-        return MatfreeMatrix(self.H, p0, c, inverse, self.cg_tol, self.cg_max_iter)
+        M = self._preconditioner(prior, c) if inverse else None
+        args = self.cg_tol, self.cg_max_iter, M
+        return MatfreeMatrix(self.H, p0, c, inverse, *args)
 
     def precision(self, prior: Tensor, c: Tensor) -> MatfreeMatrix:
         return self._matrix(prior, c, inverse=False)

@@ -61,23 +61,34 @@ def _diag(w: Weights, lik: Likelihood, sizes: list[int]) -> Builder:
     return DiagJacobianGGN(w.f_module, w.theta, lik, sizes)
 
 
-def _functional(builder: type) -> Callable[..., Builder]:
-    """A builder that sees f(θ, x) only (full, low-rank, matrix-free)."""
-    return lambda w, lik, sizes, **o: builder(w.f_module, w.theta, lik, sizes, **o)
+def _full(w: Weights, lik: Likelihood, sizes: list[int], **options) -> Builder:
+    return FullGGN(w.f_module, w.theta, lik, sizes, **options)  # f(θ, x) only
+
+
+def _lowrank(w: Weights, lik: Likelihood, sizes: list[int], **options) -> Builder:
+    # f(θ, x), and the network (if any) for layer-wise GGN products
+    return LowRankGGN(w.f_module, w.theta, lik, sizes, module=w.module, **options)
 
 
 def _matfree(w: Weights, lik: Likelihood, sizes: list[int], **options) -> Builder:
-    # CG preconditioned by the diagonal or KFAC posterior of the same batches
-    pre = {"diag": lambda: _diag(w, lik, sizes), "kron": lambda: KFAC(w.module, lik)}
-    kind = options.pop("preconditioner", "none")
-    builder = pre[kind]() if kind in pre else None
+    # CG preconditioned by the low-rank, diagonal or KFAC posterior of the same batches,
+    # made when CG first needs it
     f, theta = w.f_module, w.theta
-    return MatfreeGGN(f, theta, lik, sizes, preconditioner=builder, **options)
+    rank = options.pop("preconditioner_rank", 100)
+    pre = {
+        "lowrank": lambda: _lowrank(w, lik, sizes, rank=rank),
+        "diag": lambda: _diag(w, lik, sizes),
+        "kron": lambda: KFAC(w.module, lik),
+    }
+    make = pre.get(options.pop("preconditioner", "lowrank"))  # None for "none"
+    return MatfreeGGN(
+        f, theta, lik, sizes, preconditioner=make, module=w.module, **options
+    )
 
 
 STRUCTURES: dict[str, Structure] = {
     "full": Structure(
-        _functional(FullGGN),
+        _full,
         dict(evidence_route=_choice(*ROUTES), one_buffer=_flag, in_place=_flag),
         saved=("H", "param_sizes", "Jw", "route", "one_buffer", "in_place"),
         load=full_posterior,
@@ -96,7 +107,7 @@ STRUCTURES: dict[str, Structure] = {
         layerwise=True,
     ),
     "lowrank": Structure(
-        _functional(LowRankGGN),
+        _lowrank,
         dict(rank=_count(), n_iter=_count(optional=True)),
         saved=("V", "eigvals", "param_sizes"),
         load=LowRankPosterior,
@@ -105,7 +116,8 @@ STRUCTURES: dict[str, Structure] = {
     "matfree": Structure(
         _matfree,
         dict(
-            preconditioner=_choice("none", "diag", "kron"),
+            preconditioner=_choice("lowrank", "none", "diag", "kron"),
+            preconditioner_rank=_count(),
             n_probes=_count(2),
             lanczos_steps=_count(),
             cg_tol=check_positive,
