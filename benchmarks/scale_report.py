@@ -293,7 +293,8 @@ def predict_bench(paths: list[Path]) -> tuple[float, float, int]:
     times = [r["time_ratio"] for r in timed]
     backends = sorted({BACKEND_NAMES[r["impl"]] for r in timed})
     say(
-        "†: the layer-wise route that replaced it, timed by "
+        "Our layer-wise diagonal and KFAC predictive (no per-example Jacobians), "
+        "timed by "
         + " and ".join(f"results/{p.name}" for p in paths)
         + f" ({label(recs[0]['meta'])}) at P = "
         + " and ".join(f"{P:,}" for P in sorted({r["P"] for r in timed}))
