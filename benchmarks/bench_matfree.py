@@ -105,11 +105,11 @@ def measure(model, X, y, Xq, config: str, repeats: int, ref) -> dict:
     }
 
 
-def run_model(spec: str, configs, repeats: int) -> list[dict]:
-    import laplace_from_scratch as lfs
+def trained(spec: str):
+    """The model trained as scale.py trains it (seed 0, float32), its training inputs
+    and labels, and the 4 query images."""
     import torch
     from laplace_from_scratch import helpers
-    from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
     data = load_data(SETTINGS)
@@ -118,7 +118,14 @@ def run_model(spec: str, configs, repeats: int) -> list[dict]:
     helpers.train_map(
         model, X, y, "classification", prior_precision=1.0, n_steps=300, lr=3e-3
     )
-    Xq = inputs(spec, data.X_test[:4])
+    return model, X, y, inputs(spec, data.X_test[:4])
+
+
+def run_model(spec: str, configs, repeats: int) -> list[dict]:
+    import laplace_from_scratch as lfs
+    from torch.utils.data import DataLoader, TensorDataset
+
+    model, X, y, Xq = trained(spec)
     full = lfs.Laplace(model, "classification", prior_precision=1.0)
     full.fit(DataLoader(TensorDataset(X, y), batch_size=SETTINGS["batch_size"]))
     ref = full(Xq, link_approx="probit")
@@ -148,18 +155,10 @@ def float64_check(spec: str) -> dict:
     difference of the variances."""
     import laplace_from_scratch as lfs
     import torch
-    from laplace_from_scratch import helpers
     from torch.utils.data import DataLoader, TensorDataset
 
-    torch.manual_seed(0)
-    data = load_data(SETTINGS)
-    model = build_model(spec, data, "cpu")
-    X, y = inputs(spec, data.X_train), data.y_train
-    helpers.train_map(
-        model, X, y, "classification", prior_precision=1.0, n_steps=300, lr=3e-3
-    )
-    model, X = model.double(), X.double()
-    Xq = inputs(spec, data.X_test[:4]).double()
+    model, X, y, Xq = trained(spec)
+    model, X, Xq = model.double(), X.double(), Xq.double()
     loader = DataLoader(TensorDataset(X, y), batch_size=SETTINGS["batch_size"])
     variances = []
     for structure in ["full", "matfree"]:
