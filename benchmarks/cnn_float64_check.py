@@ -18,11 +18,23 @@ Times are not recorded: this ran beside other jobs.
 
     PYTHONPATH=. python benchmarks/cnn_float64_check.py
 
-writes results/cnn_float64_check_<date>_cpu.json.
+writes results/cnn_float64_check_<date>_cpu.json. On a GPU, where PyTorch runs cuDNN
+convolutions in TF32 by default, the question is whether TF32 makes the gap:
+
+    PYTHONPATH=. python benchmarks/cnn_float64_check.py --device cuda \
+        --modes float32 float32-no-tf32 --cells full:backpack kron:backpack \
+        ll-full:backpack diag:backpack --out results/cnn_tf32_check_<date>_<device>.json
+
+``float32`` is PyTorch's default (TF32 allowed in cuDNN convolutions, as in the GPU
+scale record); ``float32-no-tf32`` turns TF32 off in convolutions and matrix products.
+On ``cuda`` (or with ``--gpu-settings``) the data are those of ``scale.py --preset gpu``
+(N = 4000, 500 queries), and on ``cuda`` its tuning too (δ tuned for full and last-layer
+full up to P = 40,000).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -73,25 +85,62 @@ def in_dtype(dtype: torch.dtype) -> None:
     torch.set_default_dtype(dtype)
 
 
+MODES = {  # mode: (dtype, TF32 allowed)
+    "float32": (torch.float32, True),
+    "float32-no-tf32": (torch.float32, False),
+    "float64": (torch.float64, False),
+}
+
+
+def set_tf32(allowed: bool) -> None:
+    """TF32 in cuDNN convolutions and in matrix products (PyTorch's defaults: allowed
+    in convolutions, not in matrix products; ``float32`` keeps them)."""
+    torch.backends.cudnn.allow_tf32 = allowed
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--modes", nargs="+", default=["float32", "float64"], choices=MODES)
+    ap.add_argument(
+        "--cells", nargs="+", default=[f"{s}:{b}" for s, b in CELLS], metavar="S:B"
+    )
+    ap.add_argument(
+        "--gpu-settings",
+        action="store_true",
+        help="the data and tuning settings of scale.py --preset gpu (always on cuda)",
+    )
+    ap.add_argument("--out", default=None, help="default results/cnn_float64_check_…")
+    args = ap.parse_args()
+    CFG["device"] = args.device
+    if args.device == "cuda" or args.gpu_settings:  # the GPU record's data
+        gpu = scale.PRESETS["gpu"]
+        CFG.update({k: gpu[k] for k in ("n_train", "n_test", "n_query")})
+    if args.device == "cuda":  # and its tuning (on the CPU, tuning dense
+        CFG["tune_max_p"] = scale.PRESETS["gpu"]["tune_max_p"]  # P ≈ 8k: minutes)
+    cells = [tuple(c.split(":")) for c in args.cells]
     work = Path(tempfile.mkdtemp())
     weights = work / "cnn.pt"
     trained = scale.train(CFG, weights)
     rows = []
-    for dtype in (torch.float32, torch.float64):
+    for mode in args.modes:
+        dtype, tf32 = MODES[mode]
         in_dtype(dtype)
-        for structure, backend in CELLS:
+        set_tf32(tf32)
+        for structure, backend in cells:
             out = {}
             for impl in ("ours", backend):
                 cfg = dict(CFG, structure=structure, impl=impl, weights=str(weights))
-                cfg["probs_file"] = str(work / f"{structure}_{impl}_{dtype}.npy")
+                cfg["probs_file"] = str(work / f"{structure}_{impl}_{mode}.npy")
                 r = scale.measure(cfg)
                 r["probs"] = np.load(cfg["probs_file"]) if "error" not in r else None
                 out[impl] = r
-                print(dtype, structure, impl, r.get("error", "ok"), flush=True)
+                print(mode, structure, impl, r.get("error", "ok"), flush=True)
             o, t = out["ours"], out[backend]
             row = {
                 "dtype": str(dtype).removeprefix("torch."),
+                "mode": mode,
                 "structure": structure,
                 "backend": backend,
                 "P": scale.posterior_size(
@@ -113,14 +162,15 @@ def main() -> None:
             rows.append(row)
     torch.set_default_dtype(torch.float32)
     meta = machine_meta(
-        "cpu",
+        args.device,
         settings=CFG,
         map=trained,
-        cells=CELLS,
+        cells=cells,
+        modes=args.modes,
         script="benchmarks/cnn_float64_check.py",
     )
-    out = ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    out = args.out or ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
+    Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print("wrote", out)
 
 

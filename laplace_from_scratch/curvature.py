@@ -80,22 +80,16 @@ def empirical_fisher(f: Functional, theta: Tensor, X: Tensor, y: Tensor, likelih
     return G.T @ G
 
 
-def symmetric_sqrt(Lam: Tensor) -> Tensor:
-    """Λ^½ of symmetric PSD matrices by eigendecomposition (negative rounding clamped to
-    0). (..., K, K)."""
-    lam, U = torch.linalg.eigh(Lam)
-    return (U * lam.clamp(min=0).sqrt().unsqueeze(-2)) @ U.mT
-
-
 def whitened_batches(
     f: Functional, theta: Tensor, X: Tensor, likelihood: Likelihood, batch_size=256
 ) -> Iterator[Tensor]:
-    """The whitened Jacobians J̃, rows Λₙ^½ Jₙ, of ``batch_size`` inputs at a time,
-    (batch_size·K, P) each: the GGN is J̃ᵀ J̃ (and the dual route's Gram matrix J̃ J̃ᵀ)."""
+    """The whitened Jacobians J̃, rows Sₙᵀ Jₙ with Λₙ = Sₙ Sₙᵀ, of ``batch_size`` inputs
+    at a time, (batch_size·K, P) each: the GGN is J̃ᵀ J̃ (and the dual route's Gram
+    matrix J̃ J̃ᵀ)."""
     for Xb in X.split(batch_size):
         with torch.no_grad():
-            sqrt_Lam = symmetric_sqrt(likelihood.output_hessian(f(theta, Xb)))
-        Jw = torch.einsum("nkl,nlp->nkp", sqrt_Lam, jacobian(f, theta, Xb))  # (n, K, P)
+            S = likelihood.output_hessian_sqrt(f(theta, Xb))  # (n, K, K)
+        Jw = torch.einsum("nlk,nlp->nkp", S, jacobian(f, theta, Xb))  # (n, K, P)
         yield Jw.reshape(-1, theta.numel())
 
 

@@ -1,8 +1,8 @@
 """The exact diagonal of the GGN, layer by layer, without per-example Jacobians.
 
-diag G = Σₙ Σ꜀ (Jₙᵀ sₙ꜀)², sₙ꜀ the columns of Λₙ^½ (``curvature.ggn_diagonal`` forms
-every Jₙ: any network, slow). For a Linear layer the entry of Jₙᵀ sₙ꜀ for W_oi is
-gₙ꜀ₒ aₙᵢ (``layers.py``), so
+diag G = Σₙ Σ꜀ (Jₙᵀ sₙ꜀)², sₙ꜀ the columns of Sₙ, Λₙ = Sₙ Sₙᵀ
+(``curvature.ggn_diagonal`` forms every Jₙ: any network, slow). For a Linear layer the
+entry of Jₙᵀ sₙ꜀ for W_oi is gₙ꜀ₒ aₙᵢ (``layers.py``), so
 
     diag G_W = Σₙ (Σ꜀ gₙ꜀²) ⊗ aₙ²,    diag G_b = Σₙ Σ꜀ gₙ꜀²,
 

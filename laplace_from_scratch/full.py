@@ -1,7 +1,7 @@
 """Full Laplace, the path of notebooks 02–04 on one screen (:class:`FullGGN`,
 :class:`FullPosterior`):
 
-    Laplace.fit → FullGGN.update: H += J̃ᵀJ̃, a few examples at a time (J̃ = Λ^½ J)
+    Laplace.fit → FullGGN.update: H += J̃ᵀJ̃, a few examples at a time (J̃ = SᵀJ, Λ = SSᵀ)
     → FullGGN.finish → FullPosterior, whose methods are notebook 03's functions:
     Σ⁻¹ = posterior_precision(H, p₀, c) → L = cholesky(Σ⁻¹) → log det Σ⁻¹ = 2 Σ log Lᵢᵢ
     → diag Σ, samples L⁻ᵀε, and J Σ Jᵀ = VᵀV with V = L⁻¹Jᵀ for the GLM predictive.
@@ -57,7 +57,7 @@ def dual_budget(P: int, like: Tensor, one_buffer: bool) -> int:
 
 
 class FullGGN(FunctionalBuilder):
-    """H = Σ J̃ᵀJ̃ (P, P), in place from the whitened Jacobians J̃ = Λ^½ J of a few
+    """H = Σ J̃ᵀJ̃ (P, P), in place from the whitened Jacobians J̃ = Sᵀ J of a few
     examples at a time; J̃ is kept for the eigen route while it has fewer than P rows and
     fits the budget above. The options are :func:`full_posterior`'s."""
 

@@ -97,7 +97,7 @@ class KFAC:
         bp = backprop_output_hessian_sqrt(self.model, self.layers, X, self.likelihood)
         for m, a in zip(self.layers, bp.inputs, strict=True):
             self.A[m] += self._input_outer(m, a)
-        # one column c of Λ^½ at a time: row n (and position t) of g is Jzₙₜᵀ sₙ꜀
+        # one column c of S (Λ = SSᵀ) at a time: row n (and position t) of g: Jzₙₜᵀ sₙ꜀
         for grads in bp.grads:
             for m, g in zip(self.layers, grads, strict=True):
                 # Conv2d: (n, out, h, w) → (n·h·w, out)

@@ -1,7 +1,8 @@
 """The layer structure of a network: curvature that never forms per-example Jacobians.
 
-For a layer z = W a + b, pull every column sₙ꜀ (K,) of Λₙ^½ back to the layer's output:
-gₙ꜀ = Jzₙᵀ sₙ꜀ (out,), Jzₙ = ∂f(xₙ)/∂zₙ (K, out). Restricted to W, Jₙᵀ sₙ꜀ = gₙ꜀ aₙᵀ, so
+For a layer z = W a + b, pull every column sₙ꜀ (K,) of Sₙ back to the layer's output:
+gₙ꜀ = Jzₙᵀ sₙ꜀ (out,), Jzₙ = ∂f(xₙ)/∂zₙ (K, out), where Λₙ = Sₙ Sₙᵀ (the
+likelihood's ``output_hessian_sqrt``). Restricted to W, Jₙᵀ sₙ꜀ = gₙ꜀ aₙᵀ, so
 the layer's GGN is a sum of products of two small vectors: K backward passes give every
 g, one forward pass with hooks every a (KFAC in ``kron.py``, the exact diagonal in
 ``diag.py``). A Conv2d is a Linear layer on the unfolded patch at each output position.
@@ -18,7 +19,6 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .curvature import symmetric_sqrt
 from .functional import backward_hooks_off
 
 LAYERS = (nn.Linear, nn.Conv2d)
@@ -118,7 +118,7 @@ def pull_back(
 
 def backprop_output_hessian_sqrt(model, layers, X: Tensor, likelihood) -> Backprop:
     """One forward pass of X with hooks on ``layers``, then K backward passes of the
-    columns of Λ^½."""
+    columns of S, Λ = S Sᵀ (``output_hessian_sqrt``)."""
     f, inputs, zs = forward_with_hooks(model, model, layers, X)
-    S = symmetric_sqrt(likelihood.output_hessian(f.detach()))  # Λ = S Sᵀ, (n, K, K)
+    S = likelihood.output_hessian_sqrt(f.detach())  # Λ = S Sᵀ, (n, K, K)
     return Backprop(f.detach(), inputs, pull_back(f, zs, S))

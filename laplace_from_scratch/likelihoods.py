@@ -57,6 +57,13 @@ class Gaussian:
         eye = torch.eye(K, dtype=f.dtype, device=f.device)
         return eye.expand(N, K, K) / self.sigma_noise**2
 
+    def output_hessian_sqrt(self, f: Tensor) -> Tensor:
+        """A factor S of Λ = S Sᵀ: I/σ. f: (N, K) → (N, K, K)."""
+        check_outputs(f)
+        N, K = f.shape
+        eye = torch.eye(K, dtype=f.dtype, device=f.device)
+        return eye.expand(N, K, K) / self.sigma_noise
+
     def output_gradient(self, f: Tensor, y: Tensor) -> Tensor:
         """∂(−log p)/∂f = (f − y)/σ² per example. (N, K)."""
         return (f - y) / self.sigma_noise**2
@@ -145,6 +152,15 @@ class Categorical(_Classification):
         p = torch.softmax(f, dim=-1)
         return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
 
+    def output_hessian_sqrt(self, f: Tensor) -> Tensor:
+        """A factor S of Λ = S Sᵀ in closed form, S = diag(√p) − p √pᵀ (since Σ p = 1,
+        S Sᵀ = diag(p) − 2 p pᵀ + p pᵀ). No eigendecomposition: no per-batch
+        synchronisation on a GPU. f: (N, K) → (N, K, K)."""
+        _check_logits(f)
+        p = torch.softmax(f, dim=-1)
+        r = p.sqrt()
+        return torch.diag_embed(r) - p.unsqueeze(-1) * r.unsqueeze(-2)
+
     def output_gradient(self, f: Tensor, y: Tensor) -> Tensor:
         """∂(−log p)/∂f = softmax(f) − onehot(y) per example. (N, K)."""
         _check_classification(f, y)
@@ -190,6 +206,10 @@ class Bernoulli(_Classification):
         _check_one_logit(f)
         p = torch.sigmoid(f)
         return (p * (1 - p)).unsqueeze(-1)
+
+    def output_hessian_sqrt(self, f: Tensor) -> Tensor:
+        """√Λ = √(σ(f)(1 − σ(f))). f: (N, 1) → (N, 1, 1)."""
+        return self.output_hessian(f).sqrt()
 
     def output_gradient(self, f: Tensor, y: Tensor) -> Tensor:
         """∂(−log p)/∂f = σ(f) − y per example. (N, 1)."""

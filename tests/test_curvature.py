@@ -7,6 +7,7 @@ from torch import nn
 from torch.func import hessian
 
 from laplace_from_scratch import (
+    Bernoulli,
     Categorical,
     Gaussian,
     empirical_fisher,
@@ -101,6 +102,23 @@ def test_softmax_output_hessian_equals_autodiff_hessian_of_cross_entropy():
         torch.testing.assert_close(Lam[n], H, **TOL)
     # Λ is PSD with the all-ones vector in its null space (softmax is shift invariant)
     torch.testing.assert_close(Lam.sum(-1), torch.zeros(5, 4, dtype=torch.float64), **TOL)
+
+
+@pytest.mark.parametrize(
+    "lik, K",
+    [(Categorical(), 4), (Gaussian(0.3), 2), (Bernoulli(), 1)],
+    ids=["softmax", "gaussian", "sigmoid"],
+)
+def test_output_hessian_sqrt_is_a_factor(lik, K):
+    """S Sᵀ = Λ for the closed-form factors, also for logits so confident that p has
+    entries near 1e-13 (where an eigendecomposition's rounding would show)."""
+    f = torch.randn(6, K, dtype=torch.float64)
+    f[0] *= 30  # a nearly one-hot softmax
+    S, Lam = lik.output_hessian_sqrt(f), lik.output_hessian(f)
+    err = (S @ S.mT - Lam).abs().max().item()
+    print(f"{type(lik).__name__}: max |S Sᵀ − Λ| = {err:.1e} (tolerance 1e-12)")
+    assert S.shape == Lam.shape
+    assert err <= 1e-12
 
 
 def test_gaussian_output_hessian_equals_autodiff():

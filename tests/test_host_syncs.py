@@ -7,6 +7,13 @@ are read once per loop (``checks.deferred``), so the count is a small constant p
 The one exception is the full structure's Cholesky factorisation: whether to add jitter is
 decided on the host, once per factorisation, which costs O(P³) anyway.
 
+Some operators also wait for the device inside ATen on a GPU: the ``torch.linalg``
+factorisations that raise on failure read their status (``info``) on the host, and ops
+whose output size depends on values (``nonzero``, ``unique``, ``masked_select``) read
+that size. The GPU profile of 2026-11-28 (``results/profile_fit_2026-11-28_cuda-*``)
+found one such wait per batch in every fit of ours: an ``eigh`` of Λ for its square root,
+now the closed form ``output_hessian_sqrt``. They are counted here too.
+
 The calls are counted with a ``TorchFunctionMode`` on the CPU (the same code runs on a
 GPU), only where the module itself makes them: torch's Adam reads its CPU step counter
 with ``.item()``, which waits for nothing.
@@ -32,6 +39,20 @@ READS = {
     torch.Tensor.__int__,
     torch.Tensor.__index__,
 }
+# operators that read a status or a size on the host on a GPU (their ``_ex`` forms and
+# ``check_errors=False`` do not)
+WAITING_OPS = {
+    torch.linalg.eigh,
+    torch.linalg.eigvalsh,
+    torch.linalg.cholesky,
+    torch.linalg.inv,
+    torch.linalg.solve,
+    torch.cholesky_solve,
+    torch.nonzero,
+    torch.Tensor.nonzero,
+    torch.unique,
+    torch.masked_select,
+}
 PACKAGE = "laplace_from_scratch"
 
 
@@ -44,7 +65,7 @@ class HostReads(TorchFunctionMode):
         self.where: Counter = Counter()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in READS:
+        if func in READS or func in WAITING_OPS:
             caller = traceback.extract_stack(limit=2)[0]
             if PACKAGE in caller.filename:
                 name = caller.filename.split(PACKAGE)[-1].lstrip("/")
@@ -81,6 +102,12 @@ def reads(structure, likelihood, subset, n_batches, n_steps) -> tuple:
 FIT_MAX, TUNE_MAX = 2, 6
 
 
+def beyond_factorisations(where: Counter) -> int:
+    """The count less KFAC's eigendecompositions of its factors when the fit finishes
+    (one per factor, O(d³) each: a constant per fit, not per batch)."""
+    return sum(n for k, n in where.items() if not k.startswith("linalg_eigh at kron.py"))
+
+
 @pytest.mark.parametrize("likelihood", ["classification", "regression"])
 @pytest.mark.parametrize(
     "subset, structure",
@@ -93,7 +120,8 @@ def test_host_reads_do_not_grow_with_batches_or_steps(subset, structure, likelih
         print(f"{name}: {a.total} reads (2 batches / 5 steps), {b.total} (8 / 20)")
         print("  ", dict(b.where))
     # fit: no read per batch
-    assert few[0].total == many[0].total <= FIT_MAX, dict(many[0].where)
+    assert few[0].total == many[0].total, dict(many[0].where)
+    assert beyond_factorisations(many[0].where) <= FIT_MAX, dict(many[0].where)
     # tuning: no read per step, but for full's Cholesky (one per factorisation)
     per_step = (many[1].total - few[1].total) / (20 - 5)
     cholesky = [k for k in many[1].where if "posterior.py" in k]
