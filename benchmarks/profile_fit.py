@@ -26,8 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scale  # noqa: E402
@@ -51,26 +49,11 @@ def counts(prof) -> dict[str, int]:
 def profile_cell(cfg: dict, structure: str, impl: str) -> tuple[dict, str]:
     """Warm-up, a timed fit and a profiled fit of one cell; its row and its tables."""
     from torch.profiler import ProfilerActivity, profile
-    from torch.utils.data import DataLoader, TensorDataset
 
     dev, spec = cfg["device"], cfg["model"]
-    data = scale.load_data(cfg)
-    model = scale.build_model(spec, data, dev)
-    model.load_state_dict(torch.load(cfg["weights"], map_location=dev))
-    X, y = scale.inputs(spec, data.X_train).to(dev), data.y_train.to(dev)
-    Xq = scale.inputs(spec, data.X_test[:2]).to(dev)
-    b = cfg["batch_size"]
-    loader = DataLoader(TensorDataset(X, y), batch_size=b)
-    one = DataLoader(TensorDataset(X[:b], y[:b]), batch_size=b)
-    subset = "last_layer" if structure.startswith("ll-") else "all"
-    hs = structure.removeprefix("ll-")
-    cell = cfg | {"impl": impl}
-    make = functools.partial(scale.make_laplace, cell, model, subset, hs)
-
-    def sync():
-        if dev == "cuda":
-            torch.cuda.synchronize()
-
+    cell = cfg | {"structure": structure, "impl": impl}
+    _, loader, one, Xq, make = scale.prepare(cell)
+    sync = functools.partial(scale.device_sync, dev)
     kw = {} if impl == "ours" else {"pred_type": "glm"}
     scale.warm_up(make, one, Xq, kw, True, sync)
     make().fit(loader)
@@ -86,9 +69,10 @@ def profile_cell(cfg: dict, structure: str, impl: str) -> tuple[dict, str]:
     with profile(activities=activities) as prof:
         la.fit(loader)
         sync()
-    row = {"structure": structure, "impl": impl, "fit_s": fit_s} | counts(prof)
+    n = counts(prof)
+    row = {"structure": structure, "impl": impl, "fit_s": fit_s} | n
     avg = prof.key_averages()
-    tables = [f"## {spec} {structure} {impl}: fit {fit_s:.4f} s, {counts(prof)}"]
+    tables = [f"## {spec} {structure} {impl}: fit {fit_s:.4f} s, {n}"]
     tables.append(avg.table(sort_by="self_cpu_time_total", row_limit=15))
     if dev == "cuda":
         tables.append(avg.table(sort_by="self_cuda_time_total", row_limit=15))
@@ -109,6 +93,7 @@ def main() -> None:
         "delta0": 1.0,
         "train_steps": 300,
         "batch_size": 100,
+        "n_query": 2,  # the warm-up's two-input predict
     } | {k: gpu[k] for k in ("data", "n_train", "n_test")}
     cfg["weights"] = str(Path(tempfile.mkdtemp()) / "w.pt")
     trained = scale.train(cfg, Path(cfg["weights"]))

@@ -254,35 +254,51 @@ def _error(e: BaseException, stage: str) -> str:
     return f"{kind} at {stage}: {str(e).splitlines()[0][:160] if str(e) else ''}"
 
 
-def measure(cfg: dict) -> dict:
-    """One (model, structure, implementation) measurement; meant to run in its own
-    process."""
+def prepare(cfg: dict):
+    """A cell's model at its trained weights (``cfg["weights"]``), the loader of its
+    training data, a loader of its first batch (for the warm-up), its ``n_query`` query
+    inputs, all on ``cfg["device"]``, and a factory of fresh Laplace objects of its
+    implementation and structure (:func:`make_laplace`)."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
-    dev, spec = cfg["device"], cfg["model"]
+    dev, spec, b = cfg["device"], cfg["model"], cfg["batch_size"]
     data = load_data(cfg)
     model = build_model(spec, data, dev)
     model.load_state_dict(torch.load(cfg["weights"], map_location=dev))
     X, y = inputs(spec, data.X_train).to(dev), data.y_train.to(dev)
     Xq = inputs(spec, data.X_test[: cfg["n_query"]]).to(dev)
-    loader = DataLoader(TensorDataset(X, y), batch_size=cfg["batch_size"])
-    one_batch = DataLoader(
-        TensorDataset(X[: cfg["batch_size"]], y[: cfg["batch_size"]]),
-        batch_size=cfg["batch_size"],
-    )
-    P = sum(p.numel() for p in model.parameters())
+    loader = DataLoader(TensorDataset(X, y), batch_size=b)
+    one_batch = DataLoader(TensorDataset(X[:b], y[:b]), batch_size=b)
     structure = cfg["structure"]
     subset = "last_layer" if structure.startswith("ll-") else "all"
+    make = functools.partial(
+        make_laplace, cfg, model, subset, structure.removeprefix("ll-")
+    )
+    return model, loader, one_batch, Xq, make
+
+
+def device_sync(device: str) -> None:
+    """Wait for the device's queued work (a GPU's; a CPU's is done already)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(cfg: dict) -> dict:
+    """One (model, structure, implementation) measurement; meant to run in its own
+    process."""
+    import torch
+
+    dev, structure = cfg["device"], cfg["structure"]
+    model, loader, one_batch, Xq, make = prepare(cfg)
+    P = sum(p.numel() for p in model.parameters())
     hs = structure.removeprefix("ll-")
     P_post = posterior_size(model, structure)  # for the query chunks
     out: dict = {"P": P}
-
-    def sync():
-        if dev == "cuda":
-            torch.cuda.synchronize()
-
+    sync = functools.partial(device_sync, dev)
     tune = hs != "full" or P <= cfg["tune_max_p"]
     kw = {} if cfg["impl"] == "ours" else {"pred_type": "glm"}
     stage = "warm-up"
@@ -290,7 +306,6 @@ def measure(cfg: dict) -> dict:
         if structure == "matfree":
             out.update(warm_up_matfree(cfg, model, one_batch, Xq, sync))
         else:
-            make = functools.partial(make_laplace, cfg, model, subset, hs)
             out.update(warm_up(make, one_batch, Xq, kw, tune, sync))
     except Exception as e:  # noqa: BLE001  (what failed, and where, is the result)
         return out | {"error": _error(e, stage)}
