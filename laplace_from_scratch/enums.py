@@ -3,10 +3,11 @@ and values, so that a script written for laplace-torch imports them from here. E
 member is a ``str`` equal to its value (``HessianStructure.KRON == "kron"``), and every
 check of an option (``checks.check_choice``) reads it, or laplace-torch's own member, as
 that string. Members name laplace-torch's options; those this module does not have
-(``HessianStructure.GP``, ``Likelihood.REWARD_MODELING``, ``PredType.GP``,
-``PriorStructure.DIAG`` in ``optimize_prior_precision``) are refused by the same checks
-as their strings. Our own options without a laplace-torch member
-(``hessian_structure="matfree"``, ``"binary_classification"``) are passed as strings.
+(``Likelihood.REWARD_MODELING``, ``PriorStructure.DIAG`` in
+``optimize_prior_precision``) are refused by the same checks as their strings.
+``PredType.GP`` is the GLM predictive (``laplace.PRED_TYPES``). Our own options without
+a laplace-torch member (``hessian_structure="matfree"``, ``"binary_classification"``)
+are passed as strings.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ Shapes: N inputs, K outputs, P parameters, S samples.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
 from contextlib import nullcontext
 
 import torch
@@ -40,7 +42,8 @@ from .checks import (
     require,
 )
 from .curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
-from .devices import as_like, check_device
+from .devices import as_like
+from .dict_inputs import DictInputs, DictModel
 from .functional import flatten_params
 from .jacobians import jacobian
 from .layer_predictive import glm_variance
@@ -54,6 +57,10 @@ from .structures import STRUCTURES, check_combination, check_options
 from .weights import select_weights
 
 SUBSETS = ("all", "last_layer", "subnetwork")
+# "gp" is laplace-torch's name for the GLM predictive of its GP structure: the
+# linearised network's predictive is a Gaussian process whatever the structure, so here
+# it is "glm"
+PRED_TYPES = ("glm", "nn", "gp")
 # what a state_dict holds beside θ* ("mean") and the posterior's fields ("H")
 STATE = """loss n_data n_outputs input_shape prior_mean prior_precision sigma_noise
     temperature likelihood subset_of_weights hessian_structure param_sizes""".split()
@@ -76,6 +83,8 @@ class Laplace:
         subnetwork_indices: Tensor | None = None,
         last_layer_name: str | None = None,
         enable_backprop: bool = False,
+        dict_key_x: str = "input_ids",
+        dict_key_y: str = "labels",
         **structure_options,
     ):
         # laplace-torch's enums (``enums.py``) become their strings here
@@ -109,10 +118,15 @@ class Laplace:
         self.last_layer_name = last_layer_name
         self.structure_options = structure_options
         self.enable_backprop = enable_backprop
+        # dict-shaped batches (``dict_inputs.py``): the keys of the inputs and targets,
+        # and the layout of the packed inputs, set by the first dict batch ``fit`` sees
+        self.dict_key_x, self.dict_key_y = dict_key_x, dict_key_y
+        self._dict_inputs: DictInputs | None = None
         # Λ at σ = 1: σ enters through c = 1/(σ²T)
         self._lik = get_likelihood(likelihood, 1.0)
         self.weights = self._select_weights()
-        self.mean, self.param_sizes = self.weights.theta, self.weights.sizes
+        # θ*: the chosen weights, read again by fit (``mean``: the prior mean before)
+        self._theta, self.param_sizes = self.weights.theta, self.weights.sizes
         self.n_params = sum(self.param_sizes)
         self.n_param_tensors = len(self.param_sizes)
         self.temperature = temperature
@@ -126,12 +140,37 @@ class Laplace:
         self.input_shape: tuple[int, ...] | None = None  # of one input, seen in fit
 
     def _select_weights(self):
-        subset, indices = self.subset_of_weights, self.subnetwork_indices
-        return select_weights(self.model, subset, indices, self.last_layer_name)
+        subset, indices, name = (
+            self.subset_of_weights,
+            self.subnetwork_indices,
+            self.last_layer_name,
+        )
+        if self._dict_inputs is None:
+            return select_weights(self.model, subset, indices, name)
+        model = DictModel(self.model, self._dict_inputs)  # takes the packed inputs
+        name = None if name is None else f"model.{name}"
+        return select_weights(model, subset, indices, name)
+
+    def _batch(self, batch) -> tuple[Tensor, Tensor]:
+        """(X, y) of an (X, y) batch or of a dict batch (X packed, y its
+        ``dict_key_y``)."""
+        if isinstance(batch, Mapping):
+            if self._dict_inputs is None:
+                raise ValueError("dict batches need a Laplace fitted on dict batches")
+            batch = (self._inputs(batch), batch[self.dict_key_y])
+        return check_batch(batch, self._theta)
+
+    def _inputs(self, x):
+        """x, or a dict of inputs packed into one tensor (``dict_inputs.py``)."""
+        if not isinstance(x, Mapping):
+            return x
+        if self._dict_inputs is None:
+            raise ValueError("dict inputs need a Laplace fitted on dict batches")
+        return self._dict_inputs.pack(x, self._theta)
 
     # ----- hyperparameters: validated and converted to θ*'s device and dtype when set
     def _positive_scalar(self, value, name: str) -> Tensor:
-        t = as_like(value, self.mean, name)
+        t = as_like(value, self._theta, name)
         if t.ndim > 1 or t.numel() != 1 or not (t.isfinite().all() and t.item() > 0):
             raise ValueError(
                 f"{name} must be one positive finite number, got {value!r}"
@@ -163,7 +202,7 @@ class Laplace:
 
     @prior_precision.setter
     def prior_precision(self, value: float | Tensor) -> None:
-        p0 = as_like(value, self.mean, "prior_precision")
+        p0 = as_like(value, self._theta, "prior_precision")
         kind = prior_kind(p0, self.param_sizes)
         allowed = STRUCTURES[self.hessian_structure].priors
         if kind not in allowed:
@@ -180,7 +219,7 @@ class Laplace:
 
     @prior_mean.setter
     def prior_mean(self, value: float | Tensor) -> None:
-        mu0 = as_like(value, self.mean, "prior_mean")
+        mu0 = as_like(value, self._theta, "prior_mean")
         if mu0.ndim > 1 or mu0.numel() not in (1, self.n_params):
             raise ValueError(
                 f"prior_mean must be a scalar or ({self.n_params},), got shape "
@@ -191,6 +230,23 @@ class Laplace:
         self._prior_mean = mu0.reshape(()) if mu0.numel() == 1 else mu0
 
     @property
+    def mean(self) -> Tensor:
+        """θ* (P,) from ``fit``; before it, as laplace-torch, the prior mean μ₀ (as
+        (P,))."""
+        if self.structure is None:
+            return self.prior_mean.expand(self.n_params)
+        return self._theta
+
+    @property
+    def n_params_subnet(self) -> int:
+        """laplace-torch's name for P with ``subset_of_weights="subnetwork"``."""
+        if self.subnetwork_indices is None:
+            raise AttributeError(
+                "n_params_subnet is the size of a subnetwork: use n_params"
+            )
+        return self.n_params
+
+    @property
     def prior_precision_diag(self) -> Tensor:
         """p₀ expanded to one value per parameter, (P,)."""
         return prior_precision_diag(self.prior_precision, self.param_sizes)
@@ -198,9 +254,10 @@ class Laplace:
     # ----- fitting ------------------------------------------------------------------
     def fit(self, train_loader: DataLoader, override=True, progress_bar=False) -> None:
         """Accumulate the curvature (Λ = I for regression) and the loss over the
-        (X, y) batches at the model's current weights (θ* is read again, as
-        laplace-torch does). ``override=False`` adds them to the previous ``fit`` (not
-        for low-rank); with ``override=True`` nothing changes if the loop fails."""
+        (X, y) batches (or dict batches, ``dict_inputs.py``) at the model's current
+        weights (θ* is read again, as laplace-torch does). ``override=False`` adds
+        them to the previous ``fit`` (not for low-rank); with ``override=True`` nothing
+        changes if the loop fails."""
         if isinstance(train_loader, Tensor) or not hasattr(train_loader, "__iter__"):
             raise TypeError(
                 "train_loader must be an iterable of (X, y) batches, e.g. "
@@ -208,6 +265,23 @@ class Laplace:
                 f"batch_size=32); got {type(train_loader).__name__}"
             )
         check_eval_mode(self.model)
+        batches = iter(train_loader)
+        first = next(batches, None)
+        if first is not None:
+            batches = itertools.chain([first], batches)
+        old_inputs = self._dict_inputs  # (restored if this fit fails)
+        if override or self.structure is None:  # dict batches: their layout
+            self._dict_inputs = None
+            if isinstance(first, Mapping):
+                keys = self.dict_key_x, self.dict_key_y
+                self._dict_inputs = DictInputs.from_batch(first, *keys)
+        try:
+            self._fit(batches, override, progress_bar)
+        except BaseException:
+            self._dict_inputs = old_inputs
+            raise
+
+    def _fit(self, batches, override: bool, progress_bar: bool) -> None:
         if override or self.structure is None:
             w = self._select_weights()
             build = STRUCTURES[self.hessian_structure].build
@@ -231,10 +305,10 @@ class Laplace:
         if progress_bar:
             from tqdm.auto import tqdm
 
-            train_loader = tqdm(train_loader, desc="Laplace.fit")
+            batches = tqdm(batches, desc="Laplace.fit")
         with deferred():  # the value checks of every batch, read once at the end
-            for batch in train_loader:
-                X, y = check_batch(batch, w.theta)
+            for batch in batches:
+                X, y = self._batch(batch)
                 # (the features run without gradients)
                 out = builder.update(X if w.features is None else w.features(X))
                 check_outputs(out)
@@ -249,7 +323,7 @@ class Laplace:
         if n_data == 0:
             raise ValueError("train_loader yielded no data")
         structure = builder.finish()
-        self.weights, self.mean = w, w.theta
+        self.weights, self._theta = w, w.theta
         self.structure, self._builder = structure, builder
         self.loss, self.n_data, self.n_outputs = loss, n_data, n_outputs
         self.input_shape = input_shape
@@ -271,7 +345,7 @@ class Laplace:
         """θ*, the curvature (``saving.py``), the loss, data counts and hyperparameters
         of a fitted Laplace: tensors and plain values, for ``torch.save``."""
         H = posterior_state(self.hessian_structure, self._post())
-        return {"mean": self.mean, "H": H} | {k: getattr(self, k) for k in STATE}
+        return {"mean": self._theta, "H": H} | {k: getattr(self, k) for k in STATE}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a :meth:`state_dict` of a Laplace like this one; θ* is written into
@@ -289,7 +363,7 @@ class Laplace:
                 f"in tensors of sizes {list(state['param_sizes'])}; this model's "
                 f"chosen weights have P = {self.n_params} in {self.param_sizes}"
             )
-        mean = as_like(state["mean"], self.mean, "the state's mean")
+        mean = as_like(state["mean"], self._theta, "the state's mean")
         structure = posterior_from_state(state["H"])
         old = self._prior_precision, self._sigma_noise, self._temperature
         try:
@@ -302,8 +376,8 @@ class Laplace:
             raise
         self.weights.write(mean)
         self.weights = self._select_weights()
-        self.mean, self.structure, self._builder = self.weights.theta, structure, None
-        self.loss = as_like(state["loss"], self.mean, "the state's loss")
+        self._theta, self.structure, self._builder = self.weights.theta, structure, None
+        self.loss = as_like(state["loss"], self._theta, "the state's loss")
         self.n_data, self.n_outputs = state["n_data"], state["n_outputs"]
         self.input_shape = state["input_shape"]
 
@@ -342,7 +416,7 @@ class Laplace:
     def _draw(self, n_samples: int, generator=None) -> Tensor:
         """θ ~ N(θ*, Σ) over the Laplace weights, (S, P)."""
         check_count("n_samples", n_samples)
-        return self.mean + self._post().sample(
+        return self._theta + self._post().sample(
             n_samples, self.prior_precision, self._c, generator
         )
 
@@ -362,7 +436,7 @@ class Laplace:
     @property
     def scatter(self) -> Tensor:
         """(θ* − μ₀)ᵀ diag(p₀) (θ* − μ₀)."""
-        d = self.mean - self.prior_mean
+        d = self._theta - self.prior_mean
         return (d * self.prior_precision_diag) @ d
 
     @property
@@ -441,7 +515,7 @@ class Laplace:
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
         check_count("grid_size", grid_size)
-        like = dict(dtype=self.mean.dtype, device=self.mean.device)
+        like = dict(dtype=self._theta.dtype, device=self._theta.device)
         grid = torch.logspace(log_prior_prec_min, log_prior_prec_max, grid_size, **like)
         old, scores = self._prior_precision, []
         try:
@@ -486,9 +560,8 @@ class Laplace:
         f_var + σ²)."""
         total, count = 0.0, 0
         with torch.no_grad():
-            for X, y in loader:
-                check_device(X, self.mean, "the validation inputs X")
-                check_device(y, self.mean, "the validation targets y")
+            for batch in loader:
+                X, y = self._batch(batch)
                 pred = self(
                     X, pred_type=pred_type, link_approx=link_approx, n_samples=n_samples
                 )
@@ -502,12 +575,12 @@ class Laplace:
     def _check_x(self, x: Tensor) -> None:
         """Inputs to predict at: a batch on θ*'s device; one shaped unlike the training
         inputs is tried on the model once, to fail here naming both shapes."""
-        check_inputs(x, self.mean)
+        check_inputs(x, self._theta)
         if self.input_shape is None or tuple(x.shape[1:]) == self.input_shape:
             return
         try:
             with torch.no_grad():
-                self.weights.f(self.mean, x[:1])
+                self.weights.f(self._theta, x[:1])
         except RuntimeError as e:
             if isinstance(e, torch.OutOfMemoryError):
                 raise
@@ -532,7 +605,8 @@ class Laplace:
 
     def jacobians(self, x: Tensor) -> Tensor:
         """J = ∂f(x; θ)/∂θ at θ* over the Laplace weights, (N, K, P)."""
-        return jacobian(self.weights.f, self.mean, x)
+        x = self._inputs(x)
+        return jacobian(self.weights.f, self._theta, x)
 
     def _predictive_layers(self) -> list[nn.Module] | None:
         """The Linear/Conv2d layers of the layer-wise predictive (structures whose entry
@@ -549,18 +623,19 @@ class Laplace:
         and KFAC posteriors of Linear/Conv2d networks never form J
         (``layer_predictive.py``); the others form it a few inputs at a time. With
         ``enable_backprop=True`` both are differentiable in x."""
+        x = self._inputs(x)
         self._check_x(x)
         keep, w = self._keep_graph, self.weights
         x_in = self._features(x, keep)
         with nullcontext() if keep else torch.no_grad():
-            f_mu = w.f_module(self.mean, x_in)
+            f_mu = w.f_module(self._theta, x_in)
         if joint:
-            J = jacobian(w.f_module, self.mean, x_in)
+            J = jacobian(w.f_module, self._theta, x_in)
             N, K, P = J.shape
             return f_mu.reshape(-1), self.functional_variance(J.reshape(1, N * K, P))[0]
         layers = self._predictive_layers()
         if layers is not None:  # diag and KFAC on Linear/Conv2d layers: no J
-            theta = self.mean.detach().requires_grad_()  # so that each z needs grad
+            theta = self._theta.detach().requires_grad_()  # so that each z needs grad
             blocks = self._post().layer_blocks(self.prior_precision, self._c)
             _, f_var = glm_variance(
                 lambda X: w.f_module(theta, X), w.module, layers, x_in, blocks, keep
@@ -569,7 +644,7 @@ class Laplace:
         # few enough inputs for their J to stay small beside a P×P matrix (or CHUNK_CAP)
         K, P = f_mu.shape[-1], self.n_params
         chunk = jacobian_chunk(K, P, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP)
-        Js = (jacobian(w.f_module, self.mean, xc) for xc in x_in.split(chunk))
+        Js = (jacobian(w.f_module, self._theta, xc) for xc in x_in.split(chunk))
         return f_mu, torch.cat([self.functional_variance(J) for J in Js])
 
     def __call__(
@@ -587,7 +662,7 @@ class Laplace:
         (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
         Classification: class probabilities (N, C) by ``link_approx`` or over sampled
         networks; ``joint`` is refused (see ``glm_predictive(x, joint=True)``)."""
-        pred_type = check_choice("pred_type", pred_type, ("glm", "nn"))
+        pred_type = check_choice("pred_type", pred_type, PRED_TYPES)
         link_approx = check_choice("link_approx", link_approx, LINKS)
         check_count("n_samples", n_samples)
         reg = self._lik.has_noise
@@ -609,8 +684,9 @@ class Laplace:
 
     def glm_samples(self, x: Tensor, n_samples: int = 100, generator=None) -> Tensor:
         """Outputs of the linearised network at posterior samples, (S, N, K)."""
+        x = self._inputs(x)
         return linearized_samples(
-            self.weights.f, self.mean, x, self._draw(n_samples, generator)
+            self.weights.f, self._theta, x, self._draw(n_samples, generator)
         )
 
     def functional_samples(
@@ -619,8 +695,9 @@ class Laplace:
         """Samples of the outputs f at x, (S, N, K), as laplace-torch's: ``"glm"`` from
         N(f_mu, f_var) per input (diagonal with ``diagonal_output``), ``"nn"`` the
         network at θ ~ N(θ*, Σ). With ``enable_backprop=True``, differentiable in x."""
-        pred_type = check_choice("pred_type", pred_type, ("glm", "nn"))
+        pred_type = check_choice("pred_type", pred_type, PRED_TYPES)
         check_count("n_samples", n_samples)
+        x = self._inputs(x)
         if pred_type == "nn":  # (glm_predictive checks x itself)
             self._check_x(x)
             keep = self._keep_graph

@@ -12,6 +12,7 @@ from .checks import check_choice, check_count, check_positive
 from .curvature import Builder
 from .diag import DiagGGN, DiagJacobianGGN, DiagPosterior
 from .full import ROUTES, FullGGN, full_posterior
+from .gp import GPBuilder, GPPosterior
 from .kron import KFAC, KronBlock, KronPosterior
 from .layers import supported_layers
 from .likelihoods import Likelihood
@@ -125,6 +126,20 @@ STRUCTURES: dict[str, Structure] = {
             sample_steps=_count(),
             seed=_count(0),
         ),
+    ),
+    # function space (laplace-torch's FunctionalLaplace): an isotropic prior only
+    "gp": Structure(
+        lambda w, lik, sizes, **options: GPBuilder(
+            w.f_module, w.theta, lik, sizes, **options
+        ),
+        dict(
+            n_subset=_count(optional=True),
+            independent_outputs=_flag,
+            seed=_count(0),
+        ),
+        priors=PRIOR_KINDS[:1],
+        saved=("eigvecs", "eigvals", "scale", "n_params", "dtype"),
+        load=GPPosterior.from_state,
     ),
 }
 

@@ -140,7 +140,8 @@ def test_out_of_range_validation_labels(clf):
     [
         (lambda X, y: X, TypeError, "train_loader must be an iterable of \\(X, y\\) batches"),
         (lambda X, y: [(X, y, y)], TypeError, "an \\(X, y\\) pair of tensors, got a tuple of 3 items"),
-        (lambda X, y: [{"x": X, "y": y}], TypeError, "an \\(X, y\\) pair of tensors, got a dict"),
+        # a dict batch is read by its keys, laplace-torch's "input_ids" and "labels" by default
+        (lambda X, y: [{"x": X, "y": y}], KeyError, "input_ids"),
         (lambda X, y: loader(X, y, bs=None), ValueError, "batch_size=None"),
         (
             lambda X, y: [(X.float(), y)],

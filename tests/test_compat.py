@@ -280,3 +280,20 @@ def test_last_layer_of_any_module_equals_laplace_torch(multiclass, structure):
     scaled = lfs.Laplace(Net(scale_output=True).to(D), "classification", "last_layer", last_layer_name="head")
     with pytest.raises(ValueError, match="nothing may follow it"):
         scaled.fit(loader(X, y))
+
+
+def test_mean_before_fit_is_the_prior_mean_and_n_params_subnet(regression):
+    """As laplace-torch: ``mean`` is μ₀ until ``fit`` (then θ*); ``n_params_subnet`` is a
+    subnetwork's P."""
+    model, X, y = regression
+    loader = DataLoader(TensorDataset(X, y), batch_size=16)
+    P = sum(p.numel() for p in model.parameters())
+    for prior_mean in (0.0, 0.5, torch.linspace(-1, 1, P, dtype=torch.float64)):
+        la = lfs.Laplace(model, "regression", prior_mean=prior_mean)
+        assert la.mean.shape == (P,) and torch.equal(la.mean, torch.as_tensor(prior_mean).expand(P))
+        la.fit(loader)
+        assert torch.equal(la.mean, torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    sub = lfs.Laplace(model, "regression", "subnetwork", subnetwork_indices=torch.arange(0, P, 2))
+    assert sub.n_params_subnet == sub.n_params == len(range(0, P, 2))
+    with pytest.raises(AttributeError, match="use n_params"):
+        _ = la.n_params_subnet

@@ -7,8 +7,9 @@ called as ``method(prior, factor)`` on ``la.structure`` after ``Laplace.fit``, i
 dense float64 linear algebra on a reference Σ⁻¹ = c·H + diag(p₀):
 
 * H: the GGN Σₙ Jₙᵀ Λₙ Jₙ computed here from ``torch.func.jacrev`` (independent of the package)
-  for full, lowrank (rank = P, exact) and matfree; its diagonal for diag; the structure's own
-  Kronecker blocks (``la.H.to_matrix()``) for kron, whose Σ⁻¹ is not the GGN's. So
+  for full, lowrank (rank = P, exact) and matfree; its diagonal for diag; with Λₙ's diagonal
+  for gp (all N inputs, so the kernel route must give this weight-space posterior exactly); the
+  structure's own Kronecker blocks (``la.H.to_matrix()``) for kron, whose Σ⁻¹ is not the GGN's. So
   ``test_precision_is_the_reference`` also checks that diag is the GGN's diagonal, that lowrank at
   full rank is the GGN, and that matfree's products are the GGN's.
 * ``precision`` = Σ⁻¹, ``covariance`` = inv(Σ⁻¹), ``variance`` = diag inv(Σ⁻¹), ``log_det`` =
@@ -117,8 +118,9 @@ def _fitted(structure: str, likelihood: str, size: str) -> Laplace:
 
 
 @functools.cache
-def _ggn(likelihood: str, size: str) -> torch.Tensor:
-    """Σₙ Jₙᵀ Λₙ Jₙ (P, P) from jacrev, Λ = I (regression) or diag p − p pᵀ (classification)."""
+def _ggn(likelihood: str, size: str, diagonal_lambda: bool = False) -> torch.Tensor:
+    """Σₙ Jₙᵀ Λₙ Jₙ (P, P) from jacrev, Λ = I (regression) or diag p − p pᵀ (classification);
+    with ``diagonal_lambda`` only Λ's diagonal (the GP structure's, as laplace-torch's)."""
     X, _ = _data(likelihood, size)
     names = [n for n, _ in MODEL.named_parameters()]
     theta = torch.cat([p.detach().reshape(-1) for p in MODEL.parameters()])
@@ -136,6 +138,8 @@ def _ggn(likelihood: str, size: str) -> torch.Tensor:
     else:
         p = out.softmax(-1)
         Lam = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
+    if diagonal_lambda:
+        Lam = torch.diag_embed(Lam.diagonal(dim1=-2, dim2=-1))
     return torch.einsum("nkp,nkl,nlq->pq", J, Lam, J)
 
 
@@ -147,6 +151,8 @@ def reference_curvature(structure: str, likelihood: str, size: str) -> torch.Ten
         return torch.diag(_ggn(likelihood, size).diagonal())
     if structure == "kron":
         return _dense(_fitted(structure, likelihood, size).H)
+    if structure == "gp":  # all N inputs (n_subset=None): the GGN with Λ's diagonal
+        return _ggn(likelihood, size, diagonal_lambda=True)
     raise KeyError(f"no dense reference for structure {structure!r}: add one to reference_curvature")
 
 

@@ -107,7 +107,7 @@ def test_laplace_diag_uses_the_layerwise_route(subset, monkeypatch):
     model = mlp(2, 3)
     X, y = torch.randn(30, 2, dtype=D), torch.randint(0, 3, (30,))
     la_ref = lfs.Laplace(model, "classification", subset_of_weights=subset, hessian_structure="diag")
-    f, theta = la_ref.weights.f, la_ref.mean
+    f, theta = la_ref.weights.f, la_ref.weights.theta
     ref = ggn_diagonal(f, theta, X, lfs.Categorical())
 
     def forbidden(*args, **kwargs):

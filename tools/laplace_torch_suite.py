@@ -8,10 +8,11 @@ repository; nothing of them is copied into this project. The script copies the c
 ``tests/`` to a temporary folder and adds a ``conftest.py`` that replaces each laplace-torch
 class (``FullLaplace``, ``KronLLLaplace``, ...) with our ``Laplace`` with that class's
 ``subset_of_weights`` and ``hessian_structure`` fixed, and ``laplace.Laplace`` with ours. The
-arguments we do not have (``backend``, ``enable_backprop``, ``feature_reduction``, ...) are
+arguments we do not have (``backend``, ``backend_kwargs``, ``feature_reduction``, ...) are
 accepted and ignored, so a test fails on behaviour, not on a keyword. torchvision (which
-laplace-torch's tests import for one large model) is stubbed. It then runs pytest and prints
-how many cases pass and, for the failures, one line per (test, error) with its count.
+laplace-torch's tests import for one large model) is stubbed. It runs pytest twice, on
+laplace-torch itself and with the shim, and prints how many of the cases laplace-torch passes
+also pass with ours and, for the others, one line per (test, error) with its count.
 
 It needs laplace-torch installed next to our module (``make install`` does that) and does
 not run in CI (no network there to fetch the repository).
@@ -29,7 +30,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-FILES = ["test_baselaplace.py", "test_lllaplace.py", "test_laplace.py"]
+FILES = [
+    "test_baselaplace.py",
+    "test_lllaplace.py",
+    "test_laplace.py",
+    "test_subnetlaplace.py",
+    "test_functional_laplace.py",
+    "test_functional_laplace_unit.py",
+]
 
 SHIM = """
 import sys
@@ -39,23 +47,26 @@ import laplace
 import laplace.baselaplace
 import laplace.laplace
 import laplace.lllaplace
+import laplace.subnetlaplace
 
 from laplace_from_scratch import Laplace as Ours
 
-IGNORED = ("backend", "backend_kwargs", "asdl_fisher_kwargs", "enable_backprop",
-           "dict_key_x", "dict_key_y", "feature_reduction")
+IGNORED = ("backend", "backend_kwargs", "asdl_fisher_kwargs", "feature_reduction")
 
 
-def flavour(name, subset, structure):
-    def __init__(self, model, likelihood, sigma_noise=1.0, prior_precision=1.0,
-                 prior_mean=0.0, temperature=1.0, **kw):
+def flavour(name, subset, structure, third=None):
+    # ``third``: the class's third positional argument (SubnetLaplace's
+    # subnetwork_indices, FunctionalLaplace's n_subset)
+    def __init__(self, model, likelihood, *args, **kw):
+        if third is not None and args:
+            kw[third], args = args[0], args[1:]
+        names = ("sigma_noise", "prior_precision", "prior_mean", "temperature")
+        kw |= dict(zip(names, args))
         for k in IGNORED:
             kw.pop(k, None)
         if subset != "last_layer":
             kw.pop("last_layer_name", None)
-        Ours.__init__(self, model, likelihood, subset, structure, sigma_noise=sigma_noise,
-                      prior_precision=prior_precision, prior_mean=prior_mean,
-                      temperature=temperature, **kw)
+        Ours.__init__(self, model, likelihood, subset, structure, **kw)
 
     return type(name, (Ours,), {"__init__": __init__})
 
@@ -65,13 +76,27 @@ CLASSES = {
     "DiagLaplace": ("all", "diag"), "LowRankLaplace": ("all", "lowrank"),
     "FullLLLaplace": ("last_layer", "full"), "KronLLLaplace": ("last_layer", "kron"),
     "DiagLLLaplace": ("last_layer", "diag"),
+    "SubnetLaplace": ("subnetwork", "full", "subnetwork_indices"),
+    "FullSubnetLaplace": ("subnetwork", "full", "subnetwork_indices"),
+    "DiagSubnetLaplace": ("subnetwork", "diag", "subnetwork_indices"),
+    "FunctionalLaplace": ("all", "gp", "n_subset"),
+    "FunctionalLLLaplace": ("last_layer", "gp", "n_subset"),
 }
-for name, (subset, structure) in CLASSES.items():
-    cls = flavour(name, subset, structure)
-    for mod in (laplace, laplace.baselaplace, laplace.lllaplace):
+for name, spec in CLASSES.items():
+    cls = flavour(name, *spec)
+    for mod in (laplace, laplace.baselaplace, laplace.lllaplace, laplace.subnetlaplace):
         if hasattr(mod, name):
             setattr(mod, name, cls)
 laplace.laplace.Laplace = laplace.Laplace = Ours
+
+"""
+
+# torchvision (which laplace-torch's tests import for one large model) is stubbed on both runs
+STUB = """
+import sys
+import types
+
+import laplace  # (before the stub: torchmetrics looks for torchvision's spec on import)
 
 tv, tvm = types.ModuleType("torchvision"), types.ModuleType("torchvision.models")
 
@@ -86,6 +111,29 @@ sys.modules.setdefault("torchvision.models", tvm)
 """
 
 
+def run(tests: Path, files: list[str], conftest: str) -> tuple[set, collections.Counter]:
+    """pytest on a copy of ``tests`` with ``conftest``: the passing case ids, and the
+    failures counted per (test, error)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(tests, Path(tmp) / "tests")
+        (Path(tmp) / "conftest.py").write_text(conftest)
+        env = dict(os.environ, PYTHONPATH=tmp, COLUMNS="400")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "--tb=no", "-W", "ignore"]
+        cmd += ["-p", "no:randomly", "-p", "no:cacheprovider"]
+        cmd += [f"tests/{f}" for f in files]
+        out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+    passed, failures = set(), collections.Counter()
+    for line in out.stdout.splitlines():
+        if line.startswith("PASSED "):
+            passed.add(line.split(" ", 1)[1].strip())
+        elif line.startswith(("FAILED ", "ERROR ")):
+            test, _, error = line.split(" ", 1)[1].partition(" - ")
+            failures[(test.strip(), error[:120])] += 1
+    if not passed and not failures:
+        sys.exit(out.stdout[-2000:] + out.stderr[-2000:])
+    return passed, failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkout", type=Path, help="a clone of aleximmer/Laplace")
@@ -94,24 +142,21 @@ def main() -> int:
     tests = args.checkout / "tests"
     if not tests.is_dir():
         parser.error(f"{tests} does not exist: pass the root of a laplace-torch checkout")
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copytree(tests, Path(tmp) / "tests")
-        (Path(tmp) / "conftest.py").write_text(SHIM)
-        env = dict(os.environ, PYTHONPATH=tmp, COLUMNS="400")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "--tb=no", "-W", "ignore"]
-        cmd += ["-p", "no:randomly", "-p", "no:cacheprovider"]
-        cmd += [f"tests/{f}" for f in args.files]
-        run = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-    lines = run.stdout.splitlines()
+    theirs, _ = run(tests, args.files, STUB)  # laplace-torch as it is
+    ours, failures = run(tests, args.files, STUB + SHIM)
     counts = collections.Counter()
-    for line in lines:
-        if line.startswith(("FAILED ", "ERROR ")):
-            test, _, error = line.split(" ", 1)[1].partition(" - ")
-            test = re.sub(r"\[.*?\]", "", test).removeprefix("tests/")
-            counts[f"{test}: {error[:120]}"] += 1
+    for (test, error), n in failures.items():
+        if test in theirs:  # only the cases laplace-torch itself passes
+            name = re.sub(r"\[.*?\]", "", test).removeprefix("tests/")
+            counts[f"{name}: {error}"] += n
     for what, n in counts.most_common():
         print(f"{n:4d}  {what}")
-    print(lines[-1] if lines else run.stderr[-2000:])
+    both = len(ours & theirs)
+    print(
+        f"ours passes {both} of the {len(theirs)} cases laplace-torch passes here "
+        f"({100 * both / max(len(theirs), 1):.0f}%); {len(ours - theirs)} more that "
+        "laplace-torch fails"
+    )
     return 0
 
 
