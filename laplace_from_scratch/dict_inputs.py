@@ -21,8 +21,8 @@ class DictInputs:
     """The layout of a mapping's per-example tensors in a packed X (N, D): their keys,
     per-example shapes and dtypes, in the mapping's order."""
 
-    def __init__(self, keys: list[str], shapes: list[tuple], dtypes: list, key_x: str):
-        self.keys, self.shapes, self.dtypes, self.key_x = keys, shapes, dtypes, key_x
+    def __init__(self, keys: list[str], shapes: list[tuple], dtypes: list):
+        self.keys, self.shapes, self.dtypes = keys, shapes, dtypes
         self.sizes = [int(torch.Size(s).numel()) for s in shapes]
 
     @classmethod
@@ -41,7 +41,7 @@ class DictInputs:
             keys.append(key)
             shapes.append(tuple(value.shape[1:]))
             dtypes.append(value.dtype)
-        return cls(keys, shapes, dtypes, key_x)
+        return cls(keys, shapes, dtypes)
 
     def pack(self, batch: Mapping, like: Tensor) -> Tensor:
         """X (N, D) in ``like``'s dtype and on its device."""

@@ -108,7 +108,7 @@ class GPPosterior:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.parts[0].dtype
+        return self.parts[0].dtype  # (every part's)
 
     @classmethod
     def from_state(cls, eigvecs, eigvals, scale, n_params, dtype) -> GPPosterior:
@@ -139,7 +139,7 @@ class GPPosterior:
             delta, d = part.precision_eigvals(prior * self.scale, c)
             total = total + (d / delta).log().sum()
         delta = torch.as_tensor(prior, dtype=d.dtype, device=d.device).reshape(())
-        return (total + self.n_params * delta.log()).to(self.parts[0].dtype)
+        return (total + self.n_params * delta.log()).to(self.dtype)
 
     def functional_variance(self, J: Tensor, prior, c=1.0) -> Tensor:
         """J Σ Jᵀ. J: (B, R, P), R a multiple of K (rows ordered input by input, as
@@ -149,7 +149,7 @@ class GPPosterior:
         if len(self.parts) == 1:
             return self.parts[0].functional_variance(J, delta, c)
         K, R = len(self.parts), J.shape[1]
-        out = J.new_zeros(J.shape[0], R, R, dtype=self.parts[0].dtype)
+        out = J.new_zeros(J.shape[0], R, R, dtype=self.dtype)
         for k, part in enumerate(self.parts):
             rows = torch.arange(k, R, K, device=J.device)
             out[:, rows[:, None], rows] = part.functional_variance(J[:, rows], delta, c)

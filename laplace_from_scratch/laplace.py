@@ -155,8 +155,6 @@ class Laplace:
         """(X, y) of an (X, y) batch or of a dict batch (X packed, y its
         ``dict_key_y``)."""
         if isinstance(batch, Mapping):
-            if self._dict_inputs is None:
-                raise ValueError("dict batches need a Laplace fitted on dict batches")
             batch = (self._inputs(batch), batch[self.dict_key_y])
         return check_batch(batch, self._theta)
 
@@ -271,10 +269,11 @@ class Laplace:
             batches = itertools.chain([first], batches)
         old_inputs = self._dict_inputs  # (restored if this fit fails)
         if override or self.structure is None:  # dict batches: their layout
-            self._dict_inputs = None
-            if isinstance(first, Mapping):
-                keys = self.dict_key_x, self.dict_key_y
-                self._dict_inputs = DictInputs.from_batch(first, *keys)
+            self._dict_inputs = (
+                DictInputs.from_batch(first, self.dict_key_x, self.dict_key_y)
+                if isinstance(first, Mapping)
+                else None
+            )
         try:
             self._fit(batches, override, progress_bar)
         except BaseException:

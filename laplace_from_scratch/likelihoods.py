@@ -51,11 +51,9 @@ class Gaussian:
         return 0.5 * ((y - f) ** 2).sum() / sigma**2 + f.numel() * log_norm
 
     def output_hessian(self, f: Tensor) -> Tensor:
-        """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example. f: (N, K) → (N, K, K)."""
-        check_outputs(f)
-        N, K = f.shape
-        eye = torch.eye(K, dtype=f.dtype, device=f.device)
-        return eye.expand(N, K, K) / self.sigma_noise**2
+        """Λₙ = ∂²(−log p)/∂f² = I/σ² for every example: S Sᵀ = S/σ with S = I/σ
+        (:meth:`output_hessian_sqrt`). f: (N, K) → (N, K, K)."""
+        return self.output_hessian_sqrt(f) / self.sigma_noise
 
     def output_hessian_sqrt(self, f: Tensor) -> Tensor:
         """A factor S of Λ = S Sᵀ: I/σ. f: (N, K) → (N, K, K)."""

@@ -15,14 +15,7 @@ laplace = pytest.importorskip("laplace", reason="laplace-torch is installed by `
 D = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    """laplace-torch's curvlinops backend builds eye() in the default dtype: float64, so that both sides
-    are float64 throughout."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(D)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def rel(a, b):

@@ -126,6 +126,10 @@ def test_dict_errors():
     la = lfs.Laplace(model, "classification", "last_layer", "diag")
     la.fit(token_loader())
     batch = dict(next(iter(token_loader())))
+    before = la(batch)
+    with pytest.raises(KeyError, match="input_ids"):  # a failed refit leaves the Laplace as it was
+        la.fit([{"labels": batch["labels"]}])
+    assert torch.equal(la(batch), before)
     with pytest.raises(ValueError, match="the training batches had"):
         la({k: v for k, v in batch.items() if k != "attention_mask"})
     float32 = lfs.Laplace(TokenModel().float().eval(), "classification", "last_layer", "diag")

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import mlp
+from conftest import mlp, same_subset
 from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
@@ -51,13 +51,7 @@ BINARY = ["probit", "mc", "nn", "samples_glm", "samples_nn"]  # (the bridge need
 KINDS = {"regression": REGRESSION, "classification": CLASSIFICATION, "binary_classification": BINARY}
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    """laplace-torch's curvlinops backend builds eye() in the default dtype."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(D)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def data(likelihood: str):
@@ -177,23 +171,6 @@ REF_CASES = [
 ]
 
 
-def same_subset(la):
-    """A stand-in for laplace-torch's subset-of-data sampler that yields our GP's subset."""
-    indices = la._builder.subset(la.n_data).tolist()
-
-    class Sampler:
-        def __init__(self, N, M, seed=0):
-            assert (N, M) == (la.n_data, len(indices))
-
-        def __iter__(self):
-            return iter(indices)
-
-        def __len__(self):
-            return len(indices)
-
-    return Sampler
-
-
 @pytest.mark.parametrize(("likelihood", "subset", "structure"), REF_CASES)
 def test_input_gradient_equals_laplace_torch(likelihood, subset, structure, monkeypatch):
     """laplace-torch's input gradients of its closed-form GLM predictives (sampled ones draw
@@ -225,7 +202,8 @@ def test_input_gradient_equals_laplace_torch(likelihood, subset, structure, monk
         la, X = fitted(likelihood, subset, structure, independent_outputs=True)
         kw |= dict(n_subset=OPTIONS["gp"]["n_subset"], independent_outputs=True)
         pred_type = "gp"
-        monkeypatch.setattr(laplace.baselaplace, "SoDSampler", same_subset(la))
+        kept = la._builder.subset(la.n_data).tolist()
+        monkeypatch.setattr(laplace.baselaplace, "SoDSampler", same_subset(kept, la.n_data))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = laplace.Laplace(model, likelihood, subset, structure, **kw)

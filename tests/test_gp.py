@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import mlp
+from conftest import mlp, same_subset
 from torch.func import functional_call, jacrev
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -29,12 +29,7 @@ TOL = 1e-10  # float64 round-off of two exact routes (kernel vs weight space)
 N = 24
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(D)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def problem(likelihood: str, K: int, depth: int = 2, seed: int = 0):
@@ -85,22 +80,6 @@ def test_all_inputs_in_regression_is_full_laplace(K):
     check(f"K={K} ∂evidence/∂σ", grads[0][2], grads[1][2])
 
 
-def same_subset(indices: list[int]):
-    """laplace-torch's subset-of-data sampler, yielding the given positions."""
-
-    class Sampler:
-        def __init__(self, N, M, seed=0):
-            assert M == len(indices)
-
-        def __iter__(self):
-            return iter(indices)
-
-        def __len__(self):
-            return len(indices)
-
-    return Sampler
-
-
 # laplace-torch's joint kernel is right for K = 1, independent outputs, and one hidden layer
 CASES = [
     ("regression", 1, 2, False),
@@ -120,7 +99,7 @@ def test_equals_laplace_torch(likelihood, K, depth, independent, M, subset, monk
     opts = dict(n_subset=M, independent_outputs=independent)
     ours = lfs.Laplace(model, likelihood, subset, "gp", **opts, **hyper(likelihood))
     ours.fit(loader)
-    monkeypatch.setattr(laplace.baselaplace, "SoDSampler", same_subset(ours._builder.subset(N).tolist()))
+    monkeypatch.setattr(laplace.baselaplace, "SoDSampler", same_subset(ours._builder.subset(N).tolist(), N))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = laplace.Laplace(model, likelihood, subset, "gp", **opts, **hyper(likelihood))

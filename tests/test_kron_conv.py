@@ -18,12 +18,7 @@ D = torch.float64
 LIKS = {"classification": Categorical(), "binary_classification": Bernoulli()}
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(D)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def _n_outputs(likelihood):

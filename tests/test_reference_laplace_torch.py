@@ -22,15 +22,7 @@ from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN  # noqa: E402
 RTOL = 1e-8
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    """laplace-torch's curvlinops backend materialises H as ``linop @ torch.eye(P)`` with eye in
-    the *default* dtype; under float32 default that rounds a float64 H to float32 accuracy
-    (we measured 1.4e-8 relative on the sinusoid MLP). A float64 default makes it exact."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def _rel_err(A, B):
