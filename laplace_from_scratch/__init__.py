@@ -28,6 +28,22 @@ from .enums import (
     SubsetOfWeights,
     TuningMethod,
 )
+from .flavours import (
+    DiagLaplace,
+    DiagLLLaplace,
+    DiagSubnetLaplace,
+    FullLaplace,
+    FullLLLaplace,
+    FullSubnetLaplace,
+    FunctionalLaplace,
+    FunctionalLLLaplace,
+    KronLaplace,
+    KronLLLaplace,
+    LLLaplace,
+    LowRankLaplace,
+    ParametricLaplace,
+    SubnetLaplace,
+)
 from .functional import (
     flatten_params,
     make_functional,

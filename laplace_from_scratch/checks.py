@@ -79,6 +79,29 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def check_backend(backend, backend_kwargs: dict | None = None) -> None:
+    """laplace-torch's ``backend=`` (a curvature class: BackPACK, ASDL, curvlinops) and
+    ``backend_kwargs=``. Every GGN backend computes the same GGN, which ours computes
+    with ``torch.func``, so a GGN backend (or ``None``) is accepted and not used. The
+    empirical Fisher and the exact Hessian are other curvatures: refused, as are
+    backend options (e.g. a stochastic GGN), instead of being silently replaced. The
+    class is recognised by name (laplace-torch is not imported)."""
+    if backend is not None:
+        names = [c.__name__ for c in getattr(backend, "__mro__", ())]
+        if "GGNInterface" not in names and not (names and names[0].endswith("GGN")):
+            raise ValueError(
+                f"backend={getattr(backend, '__name__', backend)!r}: ours computes "
+                "the GGN (with torch.func), so only a GGN backend (BackPackGGN, "
+                "AsdlGGN, CurvlinopsGGN) or None is accepted; the empirical Fisher "
+                "and the exact Hessian are not curvatures of this Laplace"
+            )
+    if backend_kwargs:
+        raise ValueError(
+            f"backend_kwargs={backend_kwargs!r}: ours has no curvature backend to "
+            "configure (its GGN is exact)"
+        )
+
+
 def check_count(name: str, value, minimum: int = 1) -> None:
     """An integer ``value`` (not a bool) of at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -14,6 +14,7 @@ keyword arguments. **Our defaults**, ``"all"`` and ``"full"``, differ from
 laplace-torch's (``"last_layer"``, ``"kron"``). Everything structure-specific lives in
 ``la.structure`` (``posterior.Posterior``); this class holds the hyperparameters, runs
 the fit loop and composes the rest from the posterior's six methods.
+laplace-torch's ``backend=`` is accepted when it names a GGN backend (``checks.py``).
 ``enable_backprop=True`` (laplace-torch's flag) makes the predictions differentiable in
 their inputs x (never in the weights); by default they keep no graph.
 
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from .checks import (
+    check_backend,
     check_batch,
     check_choice,
     check_count,
@@ -85,6 +87,8 @@ class Laplace:
         enable_backprop: bool = False,
         dict_key_x: str = "input_ids",
         dict_key_y: str = "labels",
+        backend: type | None = None,
+        backend_kwargs: dict | None = None,
         **structure_options,
     ):
         # laplace-torch's enums (``enums.py``) become their strings here
@@ -97,11 +101,15 @@ class Laplace:
         )
         check_combination(subset_of_weights, hessian_structure)
         check_options(hessian_structure, structure_options)
+        check_backend(backend, backend_kwargs)  # a GGN backend: accepted, not used
         if not isinstance(enable_backprop, bool):
             raise ValueError(
                 f"enable_backprop must be True or False, got {enable_backprop!r}"
             )
-        if (subnetwork_indices is not None) != (subset_of_weights == "subnetwork"):
+        if subnetwork_indices is None and subset_of_weights == "subnetwork":
+            # a missing argument, as in laplace-torch (SubnetLaplace requires it)
+            raise TypeError("subset_of_weights='subnetwork' needs subnetwork_indices")
+        if subnetwork_indices is not None and subset_of_weights != "subnetwork":
             raise ValueError(
                 "subnetwork_indices go with subset_of_weights='subnetwork', and only "
                 "with it"
@@ -473,13 +481,14 @@ class Laplace:
     # ----- hyperparameters by the evidence or by validation -------------------------
     def optimize_prior_precision(
         self,
+        pred_type: str = "glm",
         method: str = "marglik",
         n_steps: int = 100,
         lr: float = 0.1,
         init_prior_prec: float | Tensor = 1.0,
         prior_structure: str = "scalar",
         val_loader: DataLoader | None = None,
-        pred_type: str = "glm",
+        *,
         link_approx: str = "probit",
         n_samples: int = 100,
         log_prior_prec_min: float = -4,
@@ -490,7 +499,9 @@ class Laplace:
         100 steps from δ = 1; ``prior_structure="layerwise"``: one δ per parameter
         tensor) or by the lowest negative log predictive density on ``val_loader``
         among ``grid_size`` values 10^[min, max] (``"gridsearch"``). A failure
-        restores δ."""
+        restores δ. laplace-torch's positional order (``pred_type``, the predictive
+        the grid search scores, comes first); the grid's options are keywords."""
+        pred_type = check_choice("pred_type", pred_type, PRED_TYPES)
         method = check_choice("method", method, ("marglik", "gridsearch"))
         prior_structure = check_choice(
             "prior_structure", prior_structure, ("scalar", "layerwise")

@@ -19,7 +19,7 @@ import warnings
 import torch
 from torch import nn
 
-from .checks import check_choice, check_count, check_positive
+from .checks import check_backend, check_choice, check_count, check_positive
 from .laplace import Laplace
 from .likelihoods import NAMES, get_likelihood
 from .marglik import LogAdam
@@ -52,12 +52,14 @@ def marglik_training(
     """Train ``model`` and its hyperparameters together; returns, as laplace-torch,
     ``(la, model, margliks, losses)``: the Laplace at the best evidence, the model with
     those weights (trained in place), the negative evidence after every hyperstep and
-    the mean training loss of every epoch. ``backend`` is accepted (laplace-torch's
-    README passes one) and unused. ``prior_structure``: "scalar", "layerwise" or "diag".
+    the mean training loss of every epoch. ``backend``: a GGN backend class or None,
+    accepted and not used (``checks.check_backend``). ``prior_structure``: "scalar",
+    "layerwise" or "diag".
     Weight decay in ``optimizer_kwargs`` is set to 0 with a warning; σ is learned for
     regression unless ``fix_sigma_noise``; the scheduler steps after every batch. On an
     error the model's weights are restored."""
     likelihood = check_choice("likelihood", likelihood, NAMES)
+    check_backend(backend)
     hessian_structure = check_choice(
         "hessian_structure", hessian_structure, tuple(STRUCTURES)
     )

@@ -133,7 +133,7 @@ def test_bad_input_raises_clear_errors():
         Laplace(model, "regression", subset_of_weights="first_layer")
     with pytest.raises(ValueError, match="hessian_structure"):
         Laplace(model, "regression", hessian_structure="functional")
-    with pytest.raises(ValueError, match="subnetwork_indices"):
+    with pytest.raises(TypeError, match="needs subnetwork_indices"):
         Laplace(model, "regression", subset_of_weights="subnetwork")
     with pytest.raises(ValueError, match="nn.Linear"):
         Laplace(

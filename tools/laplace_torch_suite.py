@@ -5,11 +5,12 @@
 
 laplace-torch's tests are not part of its wheel, so they are read from a checkout of its
 repository; nothing of them is copied into this project. The script copies the checkout's
-``tests/`` to a temporary folder and adds a ``conftest.py`` that replaces each laplace-torch
-class (``FullLaplace``, ``KronLLLaplace``, ...) with our ``Laplace`` with that class's
-``subset_of_weights`` and ``hessian_structure`` fixed, and ``laplace.Laplace`` with ours. The
-arguments we do not have (``backend``, ``backend_kwargs``, ``feature_reduction``, ...) are
-accepted and ignored, so a test fails on behaviour, not on a keyword. torchvision (which
+``tests/`` to a temporary folder and adds a ``conftest.py`` that replaces laplace-torch's
+``Laplace`` and each of its class names (``FullLaplace``, ``KronLLLaplace``, ...) with ours
+(``laplace_from_scratch/flavours.py``), the names a script would import. Only two of
+laplace-torch's arguments, at the defaults that mean nothing (``feature_reduction=None``,
+``asdl_fisher_kwargs=None``), are dropped before they reach ours; every other argument
+(``backend=`` included) reaches ours as a script's would. torchvision (which
 laplace-torch's tests import for one large model) is stubbed. It runs pytest twice, on
 laplace-torch itself and with the shim, and prints how many of the cases laplace-torch passes
 also pass with ours and, for the others, one line per (test, error) with its count.
@@ -40,55 +41,35 @@ FILES = [
 ]
 
 SHIM = """
-import sys
-import types
-
 import laplace
 import laplace.baselaplace
 import laplace.laplace
 import laplace.lllaplace
 import laplace.subnetlaplace
 
-from laplace_from_scratch import Laplace as Ours
+import laplace_from_scratch as lfs
 
-IGNORED = ("backend", "backend_kwargs", "asdl_fisher_kwargs", "feature_reduction")
-
-
-def flavour(name, subset, structure, third=None):
-    # ``third``: the class's third positional argument (SubnetLaplace's
-    # subnetwork_indices, FunctionalLaplace's n_subset)
-    def __init__(self, model, likelihood, *args, **kw):
-        if third is not None and args:
-            kw[third], args = args[0], args[1:]
-        names = ("sigma_noise", "prior_precision", "prior_mean", "temperature")
-        kw |= dict(zip(names, args))
-        for k in IGNORED:
-            kw.pop(k, None)
-        if subset != "last_layer":
-            kw.pop("last_layer_name", None)
-        Ours.__init__(self, model, likelihood, subset, structure, **kw)
-
-    return type(name, (Ours,), {"__init__": __init__})
+# laplace-torch's defaults that mean "nothing": dropped; any other value reaches ours
+DEFAULTS = {"feature_reduction": None, "asdl_fisher_kwargs": None}
+init = lfs.Laplace.__init__
 
 
-CLASSES = {
-    "FullLaplace": ("all", "full"), "KronLaplace": ("all", "kron"),
-    "DiagLaplace": ("all", "diag"), "LowRankLaplace": ("all", "lowrank"),
-    "FullLLLaplace": ("last_layer", "full"), "KronLLLaplace": ("last_layer", "kron"),
-    "DiagLLLaplace": ("last_layer", "diag"),
-    "SubnetLaplace": ("subnetwork", "full", "subnetwork_indices"),
-    "FullSubnetLaplace": ("subnetwork", "full", "subnetwork_indices"),
-    "DiagSubnetLaplace": ("subnetwork", "diag", "subnetwork_indices"),
-    "FunctionalLaplace": ("all", "gp", "n_subset"),
-    "FunctionalLLLaplace": ("last_layer", "gp", "n_subset"),
-}
-for name, spec in CLASSES.items():
-    cls = flavour(name, *spec)
-    for mod in (laplace, laplace.baselaplace, laplace.lllaplace, laplace.subnetlaplace):
+def __init__(self, *args, **kw):
+    for k, default in DEFAULTS.items():
+        if k in kw and kw[k] is default:
+            del kw[k]
+    init(self, *args, **kw)
+
+
+lfs.Laplace.__init__ = __init__
+NAMES = \"\"\"Laplace BaseLaplace ParametricLaplace FullLaplace KronLaplace DiagLaplace
+    LowRankLaplace LLLaplace FullLLLaplace KronLLLaplace DiagLLLaplace SubnetLaplace
+    FullSubnetLaplace DiagSubnetLaplace FunctionalLaplace FunctionalLLLaplace\"\"\"
+for name in NAMES.split():
+    for mod in (laplace, laplace.baselaplace, laplace.laplace, laplace.lllaplace,
+                laplace.subnetlaplace):
         if hasattr(mod, name):
-            setattr(mod, name, cls)
-laplace.laplace.Laplace = laplace.Laplace = Ours
-
+            setattr(mod, name, getattr(lfs, name))
 """
 
 # torchvision (which laplace-torch's tests import for one large model) is stubbed on both runs
