@@ -279,10 +279,24 @@ def verdict(devices: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(col)
 
 
-def slower(dev: dict, key: str) -> str:
-    """The rows where ours took over ``SLOWER``× the best backend, and by how much."""
-    rows = {k: v for k, v in dev["ratio"][key].items() if v > SLOWER}
-    return "; ".join(f"{plain(*k)} {v:.1f}×" for k, v in rows.items()) or "none"
+RATIO_NAMES = {
+    "fit_s": "fit",
+    "predict_s": "predict",
+    "tune_s": "δ tuning (warm)",
+    "peak_bytes": "peak memory",
+}
+
+
+def ratio_table(dev: dict) -> pd.DataFrame:
+    """Ours ÷ laplace-torch's fastest backend, per (model, structure) row: fit, predict,
+    warm δ tuning and peak memory ("–": one side has no figure). Above 1: ours slower
+    or larger; above ``SLOWER`` it counts as slower in :func:`verdict`'s table."""
+    cols = {
+        RATIO_NAMES[k]: pd.Series({plain(*key): x for key, x in v.items()}, dtype=float)
+        for k, v in dev["ratio"].items()
+    }
+    table = pd.DataFrame(cols)
+    return table.apply(lambda c: c.map(lambda x: "–" if x != x else f"{x:.2g}"))
 
 
 def predict_bench(paths: list[Path]) -> tuple[float, float, int]:

@@ -18,6 +18,8 @@ there imports from here. The notebooks import both, side by side::
 * ``metrics.py``: accuracy, NLL, Brier, calibration (ECE) and OOD AUROC;
 * ``shift.py``: rotated, inverted, noise and FGSM-perturbed inputs;
 * ``baselines.py``: temperature scaling, deep ensembles, MC dropout;
+* ``checking.py``: ``compare`` (the reader's algorithm against the module's, printed
+  and asserted) and ``brief`` (a module function's signature and docstring summary);
 * ``plotting.py``: regression bands, 2-D contours, reliability diagrams. Imported on
   first use (``helpers.plotting``), so that importing the helpers does not load
   matplotlib's pyplot.
