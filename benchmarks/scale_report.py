@@ -9,7 +9,7 @@ peak); a row counts as slower where that ratio exceeds ``SLOWER`` (1.1).
 
     import scale_report as report
     cpu = report.read([path])      # the records of one device, oldest first
-    report.show(cpu); report.figure(cpu)
+    report.show(cpu); report.ratio_figure(cpu)
     report.verdict({"CPU": cpu, "H100": gpu})
 """
 
@@ -225,16 +225,52 @@ def show(dev: dict) -> None:
         )
 
 
-def figure(dev: dict) -> None:
-    """A device's figure (``scale.plot``), titled with its records."""
+RATIO_NAMES = {
+    "fit_s": "fit",
+    "predict_s": "predict",
+    "tune_s": "δ tuning (warm)",
+    "peak_bytes": "peak memory",
+}
+
+
+def ratio_figure(dev: dict) -> None:
+    """Ours ÷ laplace-torch's fastest backend (:func:`ratio_table`) against the number
+    of weights the posterior covers: one panel each for fit, predict and peak memory,
+    one colour per structure, one marker per network; below the line at 1 ours is
+    faster or lighter."""
+    P = {
+        (r["model"], r["structure"]): scale.posterior_P(r)
+        for r in dev["rows"]
+        if r["impl"] == "ours"
+    }
+    keys = ("fit_s", "predict_s", "peak_bytes")
+    shown = {k for key in keys for k in dev["ratio"][key]}  # rows with both sides
+    structures = sorted({s for _, s in shown})
+    models = sorted({m for m, _ in shown})
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), sharey=True, layout="constrained")
+    for ax, key in zip(axes, keys, strict=True):
+        for (model, s), v in dev["ratio"][key].items():
+            ax.scatter(
+                P[model, s],
+                v,
+                color=f"C{structures.index(s)}",
+                marker="osD^v"[models.index(model) % 5],
+                s=36,
+            )
+        ax.axhline(1, color="k", lw=0.8)
+        ax.set(xscale="log", yscale="log", title=RATIO_NAMES[key], xlabel="P covered")
+    axes[0].set_ylabel("ours ÷ laplace-torch's fastest")
+    names = [scale.STRUCTURE_NAMES[s] for s in structures]
+    handles = [
+        plt.Line2D([], [], color=f"C{i}", marker="o", ls="", label=name)
+        for i, name in enumerate(names)
+    ] + [
+        plt.Line2D([], [], color="0.4", marker="osD^v"[i % 5], ls="", label=net)
+        for i, net in enumerate(scale.model_label(m, "mnist") for m in models)
+    ]
+    fig.legend(handles=handles, loc="outside right center", fontsize=8)
     m = dev["recs"][-1]["meta"]
-    where = (
-        f"{m['device_name']}, {m['threads']} threads"
-        if m["device"] == "cpu"
-        else m["device_name"]
-    )
-    dates = ", ".join(rec["meta"]["date"] for rec in dev["recs"])
-    scale.plot(dev["rows"], title=f"{where}: ours against laplace-torch ({dates})")
+    fig.suptitle(f"{m['device_name']}: below 1, ours is faster or lighter")
     plt.show()
 
 
@@ -277,14 +313,6 @@ def verdict(devices: dict[str, dict]) -> pd.DataFrame:
             "ours failed (time)": str(len(dev["failed_ours"])),
         }
     return pd.DataFrame(col)
-
-
-RATIO_NAMES = {
-    "fit_s": "fit",
-    "predict_s": "predict",
-    "tune_s": "δ tuning (warm)",
-    "peak_bytes": "peak memory",
-}
 
 
 def ratio_table(dev: dict) -> pd.DataFrame:
