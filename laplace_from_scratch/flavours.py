@@ -20,6 +20,7 @@ laplace-torch's ``FullLLLaplace`` subclasses its ``FullLaplace``. The abstract n
 from __future__ import annotations
 
 from .laplace import Laplace
+from .structures import STRUCTURES
 
 ANY = ("all", "last_layer", "subnetwork")
 # laplace-torch's positional arguments after (model, likelihood)
@@ -77,7 +78,8 @@ def _name(name, subsets, structures, builds=None, third=()) -> LaplaceTorchName:
     return LaplaceTorchName(name, (), attrs)
 
 
-PARAMETRIC = ("full", "diag", "kron", "lowrank", "matfree")
+# every weight-space structure: all but the function-space one
+PARAMETRIC = tuple(s for s in STRUCTURES if s != "gp")
 ParametricLaplace = _name("ParametricLaplace", ANY, PARAMETRIC)
 FullLaplace = _name("FullLaplace", ANY, ("full",), ("all", "full"))
 DiagLaplace = _name("DiagLaplace", ANY, ("diag",), ("all", "diag"))

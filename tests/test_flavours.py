@@ -4,7 +4,8 @@ what is refused."""
 
 import pytest
 import torch
-from torch import nn
+from conftest import mlp
+from torch.utils.data import DataLoader, TensorDataset
 
 import laplace_from_scratch as lfs
 
@@ -28,8 +29,7 @@ ABSTRACT = ["BaseLaplace", "ParametricLaplace", "LLLaplace", "SubnetLaplace"]
 
 
 def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    return mlp(3, 2, width=4, depth=1)
 
 
 def build(name: str):
@@ -115,12 +115,11 @@ def test_subnetwork_needs_indices():
 def test_optimize_prior_precision_takes_pred_type_first():
     """laplace-torch's expectation_example.py calls optimize_prior_precision(PredType.GLM):
     pred_type is the first positional argument in both, and δ comes out the same."""
-    from torch.utils.data import DataLoader, TensorDataset
-
     X = torch.randn(20, 3, generator=torch.Generator().manual_seed(1))
     data = DataLoader(TensorDataset(X, X[:, :2].sin()), batch_size=7)
-    ours = lfs.Laplace(model(), "regression", "all", "kron")
-    theirs = laplace.Laplace(model(), "regression", "all", "kron")
+    net = model()  # one network for both (fit only reads its weights)
+    ours = lfs.Laplace(net, "regression", "all", "kron")
+    theirs = laplace.Laplace(net, "regression", "all", "kron")
     for la in (ours, theirs):
         la.fit(data)
         la.optimize_prior_precision(laplace.PredType.GLM)

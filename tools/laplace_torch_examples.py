@@ -45,6 +45,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from laplace_torch_suite import STUB  # the torchvision stub (tools/ is on sys.path)
 
 EXAMPLES = ("regression_example.py", "expectation_example.py")
 NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+e[-+]?\d+")
@@ -52,18 +53,6 @@ SAVE = """
     import numpy as _np
 
     _np.savez(f"{file_name}.npz", f_test=_np.asarray(f_test), y_std=_np.asarray(y_std))
-"""
-# torchvision, which helper/dataloaders.py imports for its image data sets (unused by the
-# two examples; not installed here), is stubbed
-SITE = """import sys, types
-import torch
-import laplace  # before the stub (torchmetrics probes torchvision's spec on import)
-torch.set_default_dtype(torch.{dtype})
-tv = types.ModuleType("torchvision")
-for name in ("datasets", "transforms"):
-    setattr(tv, name, types.ModuleType("torchvision." + name))
-    sys.modules["torchvision." + name] = getattr(tv, name)
-sys.modules.setdefault("torchvision", tv)
 """
 PROBE = """
 x_fixed = torch.linspace(-1, 1, 10).reshape(5, 2)
@@ -77,7 +66,8 @@ print("prior precision", la.prior_precision.flatten().tolist())
 def prepare(checkout: Path, into: Path, ours: bool, epochs: int, dtype: str) -> None:
     shutil.copytree(checkout / "examples", into)
     (into / "docs" / "assets").mkdir(parents=True)
-    (into / "sitecustomize.py").write_text(SITE.format(dtype=dtype))
+    site = f"import torch\n\ntorch.set_default_dtype(torch.{dtype})\n"
+    (into / "sitecustomize.py").write_text(STUB + site)
     util = into / "helper" / "util.py"
     text = util.read_text()
     text = text.replace("    plt.tight_layout()\n", SAVE + "    plt.tight_layout()\n", 1)

@@ -72,7 +72,8 @@ for name in NAMES.split():
             setattr(mod, name, getattr(lfs, name))
 """
 
-# torchvision (which laplace-torch's tests import for one large model) is stubbed on both runs
+# torchvision (which laplace-torch's tests import for one large model, and its examples'
+# helpers for data sets) is stubbed on both runs; tools/laplace_torch_examples.py uses it too
 STUB = """
 import sys
 import types
@@ -89,6 +90,9 @@ def wide_resnet50_2(*args, **kwargs):
 tvm.wide_resnet50_2, tv.models = wide_resnet50_2, tvm
 sys.modules.setdefault("torchvision", tv)
 sys.modules.setdefault("torchvision.models", tvm)
+for name in ("datasets", "transforms"):  # imported, unused, by the examples' helpers
+    setattr(tv, name, types.ModuleType("torchvision." + name))
+    sys.modules.setdefault("torchvision." + name, getattr(tv, name))
 """
 
 
