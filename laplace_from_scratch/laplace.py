@@ -24,6 +24,7 @@ Shapes: N inputs, K outputs, P parameters, S samples.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from contextlib import nullcontext
 
@@ -419,6 +420,31 @@ class Laplace:
         full = flatten_params(self.model).to(draws.dtype).expand(n_samples, -1).clone()
         full[:, self.subnetwork_indices] = draws
         return full
+
+    def log_prob(self, value: Tensor, normalized: bool = True) -> Tensor:
+        """log N(value; θ*, Σ) of weight vectors value (P,) or (S, P) → () or (S,),
+        as laplace-torch's: before ``fit``, the prior N(μ₀, diag(p₀)⁻¹). Without
+        ``normalized``, only −½ (value − θ*)ᵀ Σ⁻¹ (value − θ*)."""
+        value = as_like(value, self._theta, "value")
+        if value.ndim not in (1, 2) or value.shape[-1] != self.n_params:
+            raise ValueError(
+                f"value must be (P,) or (S, P) with P = {self.n_params} (the Laplace "
+                f"weights), got shape {tuple(value.shape)}"
+            )
+        d = value - self.mean
+        if self.structure is None:  # the posterior before any data is the prior
+            A, log_det = self.prior_precision_diag, self.log_det_prior_precision
+        else:
+            A, log_det = self.posterior_precision, self.log_det_posterior_precision
+        rows = d.reshape(-1, self.n_params)
+        if isinstance(A, Tensor) and A.ndim == 1:  # a diagonal Σ⁻¹, (P,)
+            quad = (rows * rows * A).sum(-1)
+        else:  # (P, P) or an operator: Σ⁻¹ applied to the columns
+            quad = (rows * (A @ rows.T).T).sum(-1)
+        out = -quad.reshape(d.shape[:-1]) / 2
+        if normalized:
+            out = out + (log_det - self.n_params * math.log(2 * math.pi)) / 2
+        return out
 
     def _draw(self, n_samples: int, generator=None) -> Tensor:
         """θ ~ N(θ*, Σ) over the Laplace weights, (S, P)."""

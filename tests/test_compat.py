@@ -290,3 +290,33 @@ def test_mean_before_fit_is_the_prior_mean_and_n_params_subnet(regression):
     assert sub.n_params_subnet == sub.n_params == len(range(0, P, 2))
     with pytest.raises(AttributeError, match="use n_params"):
         _ = la.n_params_subnet
+
+
+@pytest.mark.parametrize("structure", ["full", "diag", "kron", "lowrank"])
+def test_log_prob_is_the_gaussian_density(multiclass, structure):
+    """log_prob against torch.distributions' Gaussian with the dense Σ⁻¹ (before fit: the
+    prior), and against laplace-torch's log_prob where it has one (full, KFAC)."""
+    model, X, y = multiclass
+    la = lfs.Laplace(model, "classification", hessian_structure=structure, prior_precision=0.7)
+    theta = torch.randn(3, la.n_params, dtype=D)
+    prior = torch.distributions.Normal(la.mean, 0.7**-0.5)
+    assert rel(la.log_prob(theta), prior.log_prob(theta).sum(-1)) < 1e-13
+    la.fit(loader(X, y))
+    exact = torch.distributions.MultivariateNormal(
+        la.mean,
+        precision_matrix=dense(la.posterior_precision)
+        if structure != "diag"
+        else torch.diag(la.posterior_precision),
+    )
+    assert rel(la.log_prob(theta), exact.log_prob(theta)) < 1e-12
+    assert rel(la.log_prob(theta[0]), exact.log_prob(theta[0])) < 1e-12
+    quad = la.log_prob(theta, normalized=False)
+    assert rel(quad - quad[0], exact.log_prob(theta) - exact.log_prob(theta[0])) < 1e-10
+    theirs = {"full": laplace.FullLaplace, "kron": laplace.KronLaplace}.get(structure)
+    if theirs is not None:
+        ref = theirs(model, "classification", prior_precision=0.7)
+        ref.fit(loader(X, y))
+        expected = torch.stack([ref.log_prob(t) for t in theta])
+        assert rel(la.log_prob(theta), expected) < 1e-10
+    with pytest.raises(ValueError, match="value must be"):
+        la.log_prob(theta[:, :-1])

@@ -94,6 +94,7 @@ def exercise(likelihood: str, subset: str, structure: str, model, X: Tensor, y: 
     out["precision"] = P_post if isinstance(P_post, Tensor) else P_post.to_matrix()
     out["variance"] = la.posterior_variance
     out["sample"] = la.sample(5, generator=gen())
+    out["log_prob"] = la.log_prob(torch.zeros(2, la.n_params, dtype=X.dtype, device="cpu"))
     out["glm_samples"] = la.glm_samples(X[:4], 3, generator=gen())
     for pred_type in ("glm", "nn"):
         out[f"functional_samples_{pred_type}"] = la.functional_samples(X[:4], pred_type, 3, generator=gen())
