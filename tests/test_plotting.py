@@ -37,3 +37,16 @@ def test_plot_contour_draws_and_checks_shapes():
     with pytest.raises(ValueError, match="kind"):
         plot_contour(axs[0], G, torch.rand(400), kind="heat")
     matplotlib.pyplot.close(fig)
+
+
+def test_entropy_colour_bar_has_round_ticks_up_to_log_k():
+    data = toy_multiclass(n=30)  # K = 3
+    fig, ax = new_figure()
+    plot_contour(ax, grid_2d(3.0, 20), torch.rand(400), data, kind="entropy")
+    bar = fig.axes[-1]
+    labels = [t.get_text() for t in bar.get_yticklabels()]
+    assert labels == ["0", "0.2", "0.4", "0.6", "0.8", "1", "log 3"]
+    assert bar.get_yticks()[-1] == pytest.approx(math.log(3))
+    levels = ax.collections[0].levels
+    assert list(levels[:-1]) == pytest.approx([i / 10 for i in range(11)])
+    matplotlib.pyplot.close(fig)

@@ -122,6 +122,7 @@ def plot_contour(
     grid = grid.detach().cpu()
     X1, X2 = grid[:, 0].reshape(n, n), grid[:, 1].reshape(n, n)
     V = values.detach().cpu().reshape(n, n)
+    colorbar_ticks = None  # matplotlib's, unless set below
     if kind == "probability":
         cs = ax.contourf(
             X1,
@@ -136,13 +137,17 @@ def plot_contour(
     elif kind == "entropy":
         K = len(torch.unique(data.y)) if data is not None else None
         top = math.log(K) if K else float(V.max())
-        cs = ax.contourf(
-            X1,
-            X2,
-            V,
-            levels=levels or torch.linspace(0, top, 11).tolist(),
-            cmap="viridis",
-        )
+        # round levels (0, 0.1, ...) and colour-bar ticks (0, 0.2, ...) up to log K
+        round_levels = _multiples(_round_step(top / 10), top)
+        if top - round_levels[-1] > 1e-9 * top:
+            round_levels.append(top)
+        cs = ax.contourf(X1, X2, V, levels=levels or round_levels, cmap="viridis")
+        if levels is None:
+            ticks = _multiples(_round_step(top / 5), top)
+            labels = [f"{t:g}" for t in ticks]
+            if K and top - ticks[-1] > 0.08 * top:  # room for a tick at log K
+                ticks, labels = [*ticks, top], [*labels, f"log {K}"]
+            colorbar_ticks = (ticks, labels)
     elif kind == "other":
         cs = ax.contourf(X1, X2, V, levels=levels or 10, cmap="viridis")
     else:
@@ -150,13 +155,26 @@ def plot_contour(
             f"kind must be 'probability', 'entropy' or 'other', got {kind!r}"
         )
     if colorbar:
-        ax.figure.colorbar(cs, ax=ax, shrink=0.85)
+        bar = ax.figure.colorbar(cs, ax=ax, shrink=0.85)
+        if colorbar_ticks is not None:
+            bar.set_ticks(colorbar_ticks[0], labels=colorbar_ticks[1])
     if data is not None:
         _scatter_classes(ax, data, size=8, label=False)
     ax.set(xlabel="$x_1$", ylabel="$x_2$", title=title, aspect="equal")
     ax.set_xlim(float(X1.min()), float(X1.max()))
     ax.set_ylim(float(X2.min()), float(X2.max()))
     return ax
+
+
+def _round_step(x: float) -> float:
+    """The largest of 1, 2 or 5 times a power of ten that is at most ``x`` > 0."""
+    power = 10 ** math.floor(math.log10(x))
+    return max(m * power for m in (1, 2, 5) if m * power <= x * (1 + 1e-9))
+
+
+def _multiples(step: float, top: float) -> list[float]:
+    """0, step, 2·step, ... up to ``top`` (rounded, so that 3·0.1 is 0.3)."""
+    return [round(i * step, 12) for i in range(int(top / step * (1 + 1e-9)) + 1)]
 
 
 def new_figure(
