@@ -5,7 +5,10 @@ A record is ``results/scale_<date>_<device>.json``; several records of one devic
 GPU's first, timed cold, and its warm one) are read as one table, a row (model and
 structure) taken from the newest record that holds it (``read``). Ratios are ours over
 laplace-torch's best backend that finished the same row (the fastest; the smallest
-peak); a row counts as slower where that ratio exceeds ``SLOWER`` (1.1).
+peak). Each measurement is timed once, so the verdict counts a row as slower only where
+that ratio exceeds ``SLOWER`` (1.1) and ours took at least ``TIME_FLOOR_S`` (0.05 s)
+(:func:`slower`), and peaks within ``MEMORY_BAND`` (1.1×) of each other, or both below
+``MEMORY_FLOOR_MIB`` (10 MiB), as equal (:func:`memory`).
 
     import scale_report as report
     cpu = report.read([path])      # the records of one device, oldest first
@@ -25,7 +28,17 @@ import pandas as pd
 
 import scale
 
-SLOWER = 1.1  # ours counts as slower above this ratio to laplace-torch's best
+SLOWER = 1.1  # ours counts as slower above this ratio to laplace-torch's best,
+TIME_FLOOR_S = 0.05  # and only where ours took at least this long: a single timing of
+# a few milliseconds varies by more than 1.1× from run to run
+MEMORY_BAND = 1.1  # peaks within this factor of each other count as equal,
+MEMORY_FLOOR_MIB = 10  # and so do peaks both below this: resident-set growth sampled
+# every 0.5 ms does not resolve a few MiB
+RULE = (  # the two rules above, as notebook 08 prints them under its table
+    f"Counted as slower: ours over {SLOWER:g}× laplace-torch's best backend and at "
+    f"least {TIME_FLOOR_S:g} s. Counted as the same peak memory: within "
+    f"{MEMORY_BAND:g}× of each other, or both below {MEMORY_FLOOR_MIB:g} MiB."
+)
 # From this date on, our diagonal and KFAC predictive works layer by layer, without
 # per-example Jacobians (results/bench_predict_*.json times it): older records time the
 # Jacobian route, marked † in the table
@@ -107,6 +120,7 @@ def read(paths: list[Path]) -> dict:
     e = lambda x: f"{x:.0e}" if x else "0"  # noqa: E731
     table, agree, failed_default, failed_ours, other = [], [], [], [], []
     ratio = {"fit_s": {}, "predict_s": {}, "tune_s": {}, "peak_bytes": {}}
+    pairs = {key: {} for key in ratio}  # (ours, laplace-torch's best) behind each ratio
     for (model, s), (rec, cell) in cells.items():
         m = rec["meta"]
         ours = next(r for r in cell if r["impl"] == "ours")
@@ -136,6 +150,7 @@ def read(paths: list[Path]) -> dict:
                 cold_tune = key == "tune_s" and not warm(m)  # a one-time cost inside
                 if best(cell, key) is not None and ours.get(key) and not cold_tune:
                     ratio[key][(model, s)] = ours[key] / best(cell, key)
+                    pairs[key][(model, s)] = (ours[key], best(cell, key))
         vs = [
             r
             for r in cell
@@ -163,11 +178,22 @@ def read(paths: list[Path]) -> dict:
         "rows": [r for rec, cell in cells.values() for r in cell],
         "cells": {k: cell for k, (rec, cell) in cells.items()},
         "ratio": ratio,
+        "pairs": pairs,
         "agree": agree,
         "other": other,
         "failed_default": failed_default,
         "failed_ours": failed_ours,
     }
+
+
+def provenance(rec: dict) -> str:
+    """A record in one line: its file, training-set size, timing and, for a sweep
+    recorded in parts, how much of it ran."""
+    m = rec["meta"]
+    n = planned(m)
+    part = f"; {len(rec['rows'])} of {n} planned measurements" if n else ""
+    timing = "everything warm" if warm(m) else "δ tuning cold"
+    return f"results/{rec['path'].name} (N = {m['args']['n_train']:,}; {timing}{part})"
 
 
 def where(m: dict) -> str:
@@ -258,7 +284,9 @@ def ratio_figure(dev: dict) -> None:
                 s=36,
             )
         ax.axhline(1, color="k", lw=0.8)
-        ax.set(xscale="log", yscale="log", title=RATIO_NAMES[key], xlabel="P covered")
+        ax.set(
+            xscale="log", yscale="log", title=RATIO_NAMES[key], xlabel="P (posterior)"
+        )
     axes[0].set_ylabel("ours ÷ laplace-torch's fastest")
     names = [scale.STRUCTURE_NAMES[s] for s in structures]
     handles = [
@@ -280,27 +308,59 @@ def share(values, test) -> str:
     return f"{sum(map(test, values))} of {len(values)}" if values else "–"
 
 
+def slower(dev: dict, key: str, rows=None) -> tuple[list, list, int]:
+    """Where ours is slower in ``key`` ("fit_s", "predict_s", "tune_s"), over the rows
+    with both sides timed (only those in ``rows``, if given): the rows counted (ours
+    over ``SLOWER``× laplace-torch's best backend and at least ``TIME_FLOOR_S``), the
+    rows left out as noise (over ``SLOWER``× but under ``TIME_FLOOR_S``: each time is
+    one measurement), and how many rows there are."""
+    pairs = {k: v for k, v in dev["pairs"][key].items() if rows is None or k in rows}
+    over = [k for k, (ours, lt) in pairs.items() if ours > SLOWER * lt]
+    counted = [k for k in over if pairs[k][0] >= TIME_FLOOR_S]
+    return counted, [k for k in over if k not in counted], len(pairs)
+
+
+def memory(dev: dict) -> dict[str, list]:
+    """The rows by ours' peak memory against laplace-torch's smallest: "equal" where
+    both peaks are below ``MEMORY_FLOOR_MIB`` or within ``MEMORY_BAND``× of each other,
+    else "lower" or "higher"."""
+    out: dict[str, list] = {"lower": [], "equal": [], "higher": []}
+    for k, (ours, lt) in dev["pairs"]["peak_bytes"].items():
+        low, high = sorted((ours, lt))
+        if high < MEMORY_FLOOR_MIB * 2**20 or high <= MEMORY_BAND * low:
+            out["equal"].append(k)
+        else:
+            out["lower" if ours < lt else "higher"].append(k)
+    return out
+
+
+def counted(dev: dict, key: str, rows=None) -> str:
+    """ "a of b": the rows :func:`slower` counts in ``key``, of those timed on both
+    sides; "–" for none."""
+    hits, _, n = slower(dev, key, rows)
+    return f"{len(hits)} of {n}" if n else "–"
+
+
 def verdict(devices: dict[str, dict]) -> pd.DataFrame:
-    """One column per device: in how many rows ours is slower (> SLOWER× laplace-torch's
-    best backend) or lighter, the largest differences where both compute the same
-    approximation, and the failures."""
+    """One column per device: in how many rows ours is slower (:func:`slower`) and its
+    peak lower or higher (:func:`memory`), the largest differences where both compute
+    the same approximation, and the failures."""
     col = {}
     for name, dev in devices.items():
-        ratio, agree = dev["ratio"], dev["agree"]
+        agree = dev["agree"]
+        mem = memory(dev)
+        n_mem = sum(map(len, mem.values()))
 
         def gap(kind: str, agree: list = agree) -> str:
             rows = [r for r in agree if r["model"].startswith(kind)]
             return f"{max(r['probs_maxabs'] for r in rows):.1e}" if rows else "–"
 
         col[name] = {
-            "fits slower": share(ratio["fit_s"].values(), lambda v: v > SLOWER),
-            "predictions slower": share(
-                ratio["predict_s"].values(), lambda v: v > SLOWER
-            ),
-            "δ tunings slower (warm)": share(
-                ratio["tune_s"].values(), lambda v: v > SLOWER
-            ),
-            "lower peak memory": share(ratio["peak_bytes"].values(), lambda v: v < 1),
+            "fits slower": counted(dev, "fit_s"),
+            "predictions slower": counted(dev, "predict_s"),
+            "δ tunings slower (warm)": counted(dev, "tune_s"),
+            "lower peak memory": f"{len(mem['lower'])} of {n_mem}",
+            "higher peak memory": f"{len(mem['higher'])} of {n_mem}",
             "largest relative Δ evidence": (
                 f"{max(r['evidence_rel'] for r in agree):.1e}"
             ),
@@ -318,7 +378,8 @@ def verdict(devices: dict[str, dict]) -> pd.DataFrame:
 def ratio_table(dev: dict) -> pd.DataFrame:
     """Ours ÷ laplace-torch's fastest backend, per (model, structure) row: fit, predict,
     warm δ tuning and peak memory ("–": one side has no figure). Above 1: ours slower
-    or larger; above ``SLOWER`` it counts as slower in :func:`verdict`'s table."""
+    or larger; :func:`slower` and :func:`memory` say which rows :func:`verdict`
+    counts."""
     cols = {
         RATIO_NAMES[k]: pd.Series({plain(*key): x for key, x in v.items()}, dtype=float)
         for k, v in dev["ratio"].items()
@@ -366,4 +427,34 @@ def float64_check(path: Path) -> list[dict]:
                 f"{dtype:>8} {name:>7}"
                 + "".join(f"{got[s][q]:>9.0e}" for s in structures)
             )
+    return rows
+
+
+def profiles(path: Path) -> list[dict]:
+    """``profile_fit.py``'s record (one warm fit per side under ``torch.profiler``) and
+    its tables (the ``.txt`` beside it): each profiled fit's row with its GPU kernel
+    time ``gpu_s``, its waits for the device per batch ``syncs_per_batch`` and its
+    ``eigh`` calls added; prints one line per fit."""
+    rec = json.loads(path.read_text())
+    tables = path.with_suffix(".txt").read_text().split("\n## ")
+    settings = rec["meta"]["settings"]
+    batches = settings["n_train"] // settings["batch_size"]
+    rows = []
+    for r, table in zip(rec["rows"], tables, strict=True):
+        gpu_ms = float(re.search(r"Self CUDA time total: ([\d.]+)ms", table)[1])
+        eigh = re.search(r"aten::_linalg_eigh .* (\d+) *$", table, re.M)
+        rows.append(
+            r
+            | {
+                "gpu_s": gpu_ms / 1e3,
+                "syncs_per_batch": r["syncs"] / batches,
+                "eigh": int(eigh[1]) if eigh else 0,
+            }
+        )
+        print(
+            f"profile {r['structure']:8} {r['impl']:10} fit {r['fit_s']:.3f} s "
+            f"(GPU kernels {gpu_ms / 1e3:.3f} s): {r['launches']:5} kernel launches, "
+            f"{r['syncs'] / batches:.2f} waits for the device per batch, "
+            f"{rows[-1]['eigh']} eigh calls"
+        )
     return rows

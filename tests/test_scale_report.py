@@ -1,0 +1,91 @@
+"""``benchmarks/scale_report.py`` counts, for notebook 08's verdict, the rows where ours
+is slower (over ``SLOWER``× laplace-torch's best and at least ``TIME_FLOOR_S``: each time
+is one measurement) and where its peak memory is lower, the same or higher (peaks within
+``MEMORY_BAND``× of each other, or both below ``MEMORY_FLOOR_MIB``, are the same)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import scale_report as report  # noqa: E402
+
+MIB = 2**20
+
+
+def device(key: str, pairs: dict) -> dict:
+    """A device as :func:`scale_report.read` returns it, with only ``key``'s pairs."""
+    keys = ("fit_s", "predict_s", "tune_s", "peak_bytes")
+    return {"pairs": {k: pairs if k == key else {} for k in keys}}
+
+
+def test_slower_needs_the_ratio_and_the_time_floor():
+    floor, band = report.TIME_FLOOR_S, report.SLOWER
+    dev = device(
+        "fit_s",
+        {
+            ("a", "full"): (2.0, 1.0),  # 2×, seconds: slower
+            ("b", "diag"): (0.004, 0.002),  # 2×, milliseconds: noise
+            ("c", "kron"): (1.05, 1.0),  # within the band
+            ("d", "ll-diag"): (0.5, 1.0),  # faster
+            ("e", "ll-kron"): (floor, floor / (band + 0.01)),  # at the floor: counted
+        },
+    )
+    counted, noise, n = report.slower(dev, "fit_s")
+    assert counted == [("a", "full"), ("e", "ll-kron")]
+    assert noise == [("b", "diag")]
+    assert n == 5
+    assert report.counted(dev, "fit_s") == "2 of 5"
+    # restricted to some rows (notebook 08: the warm record's)
+    assert report.counted(dev, "fit_s", {("a", "full"), ("c", "kron")}) == "1 of 2"
+    assert report.counted(device("fit_s", {}), "fit_s") == "–"
+
+
+def test_memory_floor_and_band_count_as_the_same():
+    floor = report.MEMORY_FLOOR_MIB * MIB
+    dev = device(
+        "peak_bytes",
+        {
+            ("a", "diag"): (0.2 * MIB, 4 * MIB),  # 20× lower, both under the floor
+            ("b", "kron"): (0.2 * MIB, 80 * MIB),  # lower: one above the floor
+            ("c", "full"): (1000 * MIB, 950 * MIB),  # within the band
+            ("d", "ll-full"): (1200 * MIB, 1000 * MIB),  # higher
+            ("e", "ll-kron"): (floor, floor / 2),  # at the floor: counted
+        },
+    )
+    assert report.memory(dev) == {
+        "lower": [("b", "kron")],
+        "equal": [("a", "diag"), ("c", "full")],
+        "higher": [("d", "ll-full"), ("e", "ll-kron")],
+    }
+
+
+@pytest.mark.parametrize("key", ["fit_s", "predict_s", "tune_s", "peak_bytes"])
+def test_read_keeps_the_times_behind_each_ratio(key):
+    dev = report.read([ROOT / "results" / "scale_2026-11-28_cpu.json"])
+    assert dev["pairs"][key].keys() == dev["ratio"][key].keys()
+    for k, (ours, best) in dev["pairs"][key].items():
+        assert dev["ratio"][key][k] == pytest.approx(ours / best)
+
+
+def test_verdict_counts_the_cpu_record():
+    dev = report.read([ROOT / "results" / "scale_2026-11-28_cpu.json"])
+    col = report.verdict({"CPU": dev})["CPU"]
+    mem = report.memory(dev)
+    assert col["lower peak memory"] == f"{len(mem['lower'])} of 17"
+    assert col["higher peak memory"] == f"{len(mem['higher'])} of 17"
+    assert col["fits slower"] == report.counted(dev, "fit_s")
+    # the small MLP's last-layer rows: milliseconds, above 1.1× but not counted
+    _, noise, _ = report.slower(dev, "predict_s")
+    assert noise and all(m == "mlp:12:1" and s.startswith("ll-") for m, s in noise)
+
+
+def test_profiles_read_the_tables_beside_the_record(capsys):
+    path = ROOT / "results" / "profile_fit_2026-11-28_cuda-nvidia-h200.json"
+    rows = report.profiles(path)
+    assert len(capsys.readouterr().out.splitlines()) == len(rows)
+    for r in rows:
+        assert 0 < r["gpu_s"] < r["fit_s"]  # host-bound: kernels fill part of the fit
+        assert r["eigh"] >= 0 and r["syncs_per_batch"] > 0
