@@ -482,12 +482,22 @@ def mean_se(values) -> tuple[float, float]:
     return m, (var / len(v)) ** 0.5
 
 
+def mean_pm_se(m: float, se: float, signed: bool = False) -> str:
+    """``m ± se`` as the tables print it: the mean to 3 decimals and the standard error
+    to 4, so that a small one does not read 0.000; a mean and standard error both below
+    what that shows (a predictive that matches the MAP's) in scientific notation."""
+    sign = "+" if signed else ""
+    if se >= 5e-5 or abs(m) >= 5e-4:
+        return f"{m:{sign}.3f} ± {se:.4f}"
+    return f"{m:{sign}.1e} ± {se:.0e}"
+
+
 def summary(
     df, net: str, names: list[str], cols: list[str], paired: tuple[str, ...] = ()
 ):
     """Mean ± SE over seeds of ``cols`` for the predictives ``names`` of one network,
     and for each column in ``paired`` the mean ± SE of the per-seed difference from MAP
-    (seed-to-seed variation shared with MAP cancels)."""
+    (seed-to-seed variation shared with MAP cancels); cells by :func:`mean_pm_se`."""
     import pandas as pd
 
     d = df[df.net == net]
@@ -498,12 +508,12 @@ def summary(
         cells = {}
         for c in cols:
             m, se = mean_se(r[c])
-            cells[c] = f"{m:.3f} ± {se:.3f}"
+            cells[c] = mean_pm_se(m, se)
         for c in paired:
             if name == "MAP":
                 cells[f"{c} − MAP"] = ""
                 continue
             m, se = mean_se((r[c] - base[c]).dropna())
-            cells[f"{c} − MAP"] = f"{m:+.3f} ± {se:.3f}"
+            cells[f"{c} − MAP"] = mean_pm_se(m, se, signed=True)
         out[name] = cells
     return pd.DataFrame(out).T

@@ -105,3 +105,10 @@ def test_merge_joins_networks_and_refuses_other_studies():
         ps.merge_records(record("MLP", [0]), record("CNN", [0], recipe=1))
     with pytest.raises(ValueError, match="both records have"):
         ps.merge_records(record("MLP", [0]), record("MLP", [0]))
+
+
+def test_mean_pm_se_shows_a_small_standard_error():
+    assert ps.mean_pm_se(0.2691, 0.0003) == "0.269 ± 0.0003"
+    assert ps.mean_pm_se(-0.0034, 0.0003, signed=True) == "-0.003 ± 0.0003"
+    # a difference from the MAP too small for 3 decimals is not printed as +0.000 ± 0.0000
+    assert ps.mean_pm_se(1.5e-5, 4.8e-6, signed=True) == "+1.5e-05 ± 5e-06"

@@ -23,6 +23,8 @@ there imports from here. The notebooks import both, side by side::
 * ``plotting.py``: regression bands, 2-D contours, reliability diagrams. Imported on
   first use (``helpers.plotting``), so that importing the helpers does not load
   matplotlib's pyplot.
+* ``quickstart_plot.py``: notebook 00's figure (reliability and confidence on
+  non-digits); imported on first use, as ``plotting``.
 """
 
 import importlib
@@ -65,8 +67,8 @@ from .training import (
 
 def __getattr__(name: str):
     # ``helpers.plotting`` without importing pyplot when the helpers are imported
-    if name == "plotting":
-        return importlib.import_module(f"{__name__}.plotting")
+    if name in ("plotting", "quickstart_plot"):
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -77,6 +79,7 @@ __all__ = [
     "metrics",
     "models",
     "plotting",
+    "quickstart_plot",
     "shift",
     "training",
     # data.py
