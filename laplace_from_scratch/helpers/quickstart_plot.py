@@ -90,9 +90,7 @@ def confidence_figure(
             lw=1,
             label=f"test digits ({reference})",
         )
-        ax[key].set(
-            title=f"{title} (lower is better)", xlabel="confidence c", xlim=(0.1, 1)
-        )
+        ax[key].set(title=title, xlabel="confidence c", xlim=(0.1, 1))
         ax[key].set(ylabel="fraction with confidence ≥ c")
     fig.legend(
         *ax[panels[0][0]].get_legend_handles_labels(),
