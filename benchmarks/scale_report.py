@@ -119,8 +119,8 @@ def read(paths: list[Path]) -> dict:
     t = lambda x: "–" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.2g}"  # noqa: E731
     e = lambda x: f"{x:.0e}" if x else "0"  # noqa: E731
     table, agree, failed_default, failed_ours, other = [], [], [], [], []
-    ratio = {"fit_s": {}, "predict_s": {}, "tune_s": {}, "peak_bytes": {}}
-    pairs = {key: {} for key in ratio}  # (ours, laplace-torch's best) behind each ratio
+    # per quantity and row: (ours, laplace-torch's best); the ratios follow from them
+    pairs = {"fit_s": {}, "predict_s": {}, "tune_s": {}, "peak_bytes": {}}
     for (model, s), (rec, cell) in cells.items():
         m = rec["meta"]
         ours = next(r for r in cell if r["impl"] == "ours")
@@ -146,11 +146,11 @@ def read(paths: list[Path]) -> dict:
             line["MiB"] = (
                 f"{t(mib(ours.get('peak_bytes')))} / {t(mib(best(cell, 'peak_bytes')))}"
             )
-            for key in ratio:
+            for key in pairs:
                 cold_tune = key == "tune_s" and not warm(m)  # a one-time cost inside
-                if best(cell, key) is not None and ours.get(key) and not cold_tune:
-                    ratio[key][(model, s)] = ours[key] / best(cell, key)
-                    pairs[key][(model, s)] = (ours[key], best(cell, key))
+                theirs = best(cell, key)
+                if theirs is not None and ours.get(key) and not cold_tune:
+                    pairs[key][(model, s)] = (ours[key], theirs)
         vs = [
             r
             for r in cell
@@ -177,7 +177,7 @@ def read(paths: list[Path]) -> dict:
         "table": pd.DataFrame(table).fillna("").set_index(["model", "structure"]),
         "rows": [r for rec, cell in cells.values() for r in cell],
         "cells": {k: cell for k, (rec, cell) in cells.items()},
-        "ratio": ratio,
+        "ratio": {k: {r: a / b for r, (a, b) in v.items()} for k, v in pairs.items()},
         "pairs": pairs,
         "agree": agree,
         "other": other,

@@ -432,17 +432,20 @@ class Laplace:
                 f"weights), got shape {tuple(value.shape)}"
             )
         d = value - self.mean
-        if self.structure is None:  # the posterior before any data is the prior
-            A, log_det = self.prior_precision_diag, self.log_det_prior_precision
-        else:
-            A, log_det = self.posterior_precision, self.log_det_posterior_precision
+        prior = self.structure is None  # the posterior before any data is the prior
+        A = self.prior_precision_diag if prior else self.posterior_precision
         rows = d.reshape(-1, self.n_params)
         if isinstance(A, Tensor) and A.ndim == 1:  # a diagonal Σ⁻¹, (P,)
             quad = (rows * rows * A).sum(-1)
         else:  # (P, P) or an operator: Σ⁻¹ applied to the columns
             quad = (rows * (A @ rows.T).T).sum(-1)
         out = -quad.reshape(d.shape[:-1]) / 2
-        if normalized:
+        if normalized:  # (the log-determinant only here: a factorisation, or SLQ)
+            log_det = (
+                self.log_det_prior_precision
+                if prior
+                else self.log_det_posterior_precision
+            )
             out = out + (log_det - self.n_params * math.log(2 * math.pi)) / 2
         return out
 
