@@ -69,6 +69,16 @@ STATE = """loss n_data n_outputs input_shape prior_mean prior_precision sigma_no
     temperature likelihood subset_of_weights hessian_structure param_sizes""".split()
 
 
+def check_nn_link(pred_type: str, link_approx: str) -> None:
+    """laplace-torch's rule: ``pred_type="nn"`` averages over sampled networks, a
+    Monte Carlo link, so any other ``link_approx`` is a ValueError."""
+    if pred_type == "nn" and link_approx != "mc":
+        raise ValueError(
+            "pred_type='nn' averages over sampled networks, a Monte Carlo link: "
+            f"pass link_approx='mc' (got {link_approx!r}; laplace-torch refuses it too)"
+        )
+
+
 class Laplace:
     """Laplace approximation N(θ*, Σ) with posterior precision Σ⁻¹ = c·H + diag(p₀),
     c = 1/(σ²T), over the chosen weights (P of them)."""
@@ -553,6 +563,7 @@ class Laplace:
             return
         if val_loader is None:
             raise ValueError("method='gridsearch' needs a val_loader")
+        check_nn_link(pred_type, check_choice("link_approx", link_approx, LINKS))
         check_count("grid_size", grid_size)
         like = dict(dtype=self._theta.dtype, device=self._theta.device)
         grid = torch.logspace(log_prior_prec_min, log_prior_prec_max, grid_size, **like)
@@ -695,14 +706,25 @@ class Laplace:
         generator: torch.Generator | None = None,
         joint: bool = False,
         diagonal_output: bool = False,
+        **model_kwargs,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The predictive at x (N, ...). Regression: ``"glm"`` → f_mu (N, K), f_var
         (N, K, K) without σ² (``diagonal_output``: (N, K); ``joint``: (N·K,),
         (N·K, N·K)); ``"nn"`` → mean and variance (N, K) over sampled networks.
         Classification: class probabilities (N, C) by ``link_approx`` or over sampled
-        networks; ``joint`` is refused (see ``glm_predictive(x, joint=True)``)."""
+        networks; ``joint`` is refused (see ``glm_predictive(x, joint=True)``).
+        ``"nn"`` needs ``link_approx="mc"`` (laplace-torch's rule: sampled networks
+        are a Monte Carlo average). laplace-torch passes ``model_kwargs`` to the model;
+        ours calls ``model(x)`` only and refuses them (a dict input carries extras)."""
         pred_type = check_choice("pred_type", pred_type, PRED_TYPES)
         link_approx = check_choice("link_approx", link_approx, LINKS)
+        check_nn_link(pred_type, link_approx)
+        if model_kwargs:
+            raise TypeError(
+                f"unexpected keyword arguments {sorted(model_kwargs)}: laplace-torch "
+                "passes these to the model, ours calls model(x) only (pass a dict "
+                "input with dict_key_x for a model that takes more than x)"
+            )
         check_count("n_samples", n_samples)
         reg = self._lik.has_noise
         if joint and not reg:

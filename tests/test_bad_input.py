@@ -369,7 +369,8 @@ def test_matrix_free_checks_its_lanczos_bases(monkeypatch):
 def test_inputs_the_model_cannot_take_name_both_shapes(clf):
     la, X, _ = clf
     bad = torch.randn(4, 3, dtype=D)
-    for call in [lambda: la(bad), lambda: la(bad, pred_type="nn"), lambda: la.functional_samples(bad)]:
+    nn_call = lambda: la(bad, pred_type="nn", link_approx="mc")  # noqa: E731
+    for call in [lambda: la(bad), nn_call, lambda: la.functional_samples(bad)]:
         with pytest.raises(ValueError, match=r"x has shape \(4, 3\), but the model was fitted .* \(N, 2\)"):
             call()
     assert la(X[:4]).shape == (4, 3)
@@ -483,3 +484,21 @@ def test_joint_is_refused_for_class_probabilities(clf):
         la(X[:3], joint=True)
     f_mu, f_var = la.glm_predictive(X[:3], joint=True)
     assert f_mu.shape == (9,) and f_var.shape == (9, 9)
+
+
+@pytest.mark.parametrize("fixture", ["reg", "clf"])
+def test_nn_predictive_needs_the_mc_link_and_model_kwargs_are_refused(fixture, request):
+    """laplace-torch's rule: pred_type="nn" is a Monte Carlo average, so any other link_approx
+    (its default "probit" included) is a ValueError, for regression too, checked before any
+    other keyword; keyword arguments for the model (laplace-torch passes them on) are a TypeError
+    naming them, since ours calls model(x) only."""
+    la, X, _ = request.getfixturevalue(fixture)
+    for link in ("probit", "bridge"):
+        with pytest.raises(ValueError, match="pass link_approx='mc'"):
+            la(X[:3], pred_type="nn", link_approx=link)
+    with pytest.raises(ValueError, match="pass link_approx='mc'"):
+        la(X[:3], pred_type="nn", num_samples=3)  # laplace-torch's test_dtype call, same error
+    with pytest.raises(TypeError, match=r"\['attention_mask'\].*ours calls model\(x\) only"):
+        la(X[:3], pred_type="nn", link_approx="mc", attention_mask=None)
+    out = la(X[:3], pred_type="nn", link_approx="mc", n_samples=4)
+    assert (out[0] if isinstance(out, tuple) else out).shape[0] == 3

@@ -106,12 +106,13 @@ def exercise(likelihood: str, subset: str, structure: str, model, X: Tensor, y: 
         out["kron_diag"] = P_post.diag(exponent=-1)
     if reg:
         out["f_mu"], out["f_var"] = la(X[:4])
-        out["nn_mean"], out["nn_var"] = la(X[:4], pred_type="nn", n_samples=4, generator=gen())
+        nn_kw = dict(pred_type="nn", link_approx="mc", n_samples=4, generator=gen())
+        out["nn_mean"], out["nn_var"] = la(X[:4], **nn_kw)
     else:
         links = ("probit", "mc") if likelihood == "binary_classification" else ("probit", "mc", "bridge")
         for link in links:
             out[link] = la(X[:4], link_approx=link, n_samples=5, generator=gen())
-        out["nn"] = la(X[:4], pred_type="nn", n_samples=4, generator=gen())
+        out["nn"] = la(X[:4], pred_type="nn", link_approx="mc", n_samples=4, generator=gen())
     la.prior_mean = torch.full((la.n_params,), 0.01, device="cpu")  # a CPU tensor, converted when set
     out["evidence_prior_mean"] = la.log_marginal_likelihood()
     la.optimize_prior_precision(method="marglik", n_steps=3)

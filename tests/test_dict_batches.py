@@ -69,7 +69,7 @@ def test_dict_batches_give_what_tensor_batches_give(structure, subset):
         print(f"{structure} {subset} {what}: max |Δ| = {d:.1e} (tol {TOL:.0e})")
         assert d <= TOL * 10 if structure == "matfree" else d <= TOL, what
     g = torch.Generator().manual_seed(2)
-    assert la(batch, pred_type="nn", n_samples=3, generator=g).shape == (8, 3)
+    assert la(batch, pred_type="nn", link_approx="mc", n_samples=3, generator=g).shape == (8, 3)
     la.optimize_prior_precision(method="gridsearch", val_loader=loader, grid_size=3)
     assert la.prior_precision.numel() == 1
 

@@ -117,7 +117,7 @@ COMMON = {
     "sample": lambda la, x: la.sample(5, generator=_gen()),
     "functional_variance": lambda la, x: la.functional_variance(la.jacobians(x)),
     "functional_samples": lambda la, x: la.functional_samples(x, n_samples=5, generator=_gen()),
-    "predictive_nn": lambda la, x: la(x, pred_type="nn", n_samples=5, generator=_gen()),
+    "predictive_nn": lambda la, x: la(x, pred_type="nn", link_approx="mc", n_samples=5, generator=_gen()),
 }
 
 

@@ -96,7 +96,7 @@ def predictive(la, x, kind: str):
     if kind.startswith("samples_"):
         return la.predictive_samples(x, kind[8:], n_samples=5, generator=g)
     if kind == "nn":
-        return la(x, pred_type="nn", n_samples=5, generator=g)
+        return la(x, pred_type="nn", link_approx="mc", n_samples=5, generator=g)
     if kind in ("glm", "glm_joint", "glm_diagonal_output"):
         return la(x, joint=kind == "glm_joint", diagonal_output=kind == "glm_diagonal_output")
     return la(x, link_approx=kind, n_samples=5, generator=g)

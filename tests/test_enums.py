@@ -82,7 +82,9 @@ def test_enums_are_accepted_and_stored_as_strings():
     torch.testing.assert_close(la.prior_precision, ref.prior_precision, rtol=0, atol=0)
     la.optimize_hyperparameters(n_steps=2, prior_structure=PriorStructure.SCALAR)
     val = DataLoader(TensorDataset(X[:6], data.dataset.tensors[1][:6]), batch_size=3)
-    la.optimize_prior_precision(PredType.NN, TuningMethod.GRIDSEARCH, val_loader=val, grid_size=3)
+    la.optimize_prior_precision(
+        PredType.NN, TuningMethod.GRIDSEARCH, val_loader=val, grid_size=3, link_approx=LinkApprox.MC
+    )
 
 
 @pytest.mark.parametrize("link", list(LinkApprox), ids=str)

@@ -54,7 +54,8 @@ def test_inline_grid_search_equals_the_modules():
         mu, var = la(val.X_train)
         std = (var[:, :, 0] + sigma**2).sqrt()
         nll = -torch.distributions.Normal(mu, std).log_prob(val.y_train).mean()
-        assert abs(nll - score).item() < 1e-10
+        # the eigen route against the module's Cholesky route: round-off (2.4e-10 on an AVX-512 Xeon)
+        assert abs(nll - score).item() < 1e-9
     la.optimize_prior_precision(
         method="gridsearch",
         val_loader=DataLoader(TensorDataset(val.X_train, val.y_train), batch_size=8),

@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 import torch
 from nbclient import NotebookClient
+from nbval_cpu import cpu_vendor
 from prose import fill, fill_pages, notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,9 @@ def main() -> None:
         # for it (notebook 05's explorer is interactive only in Jupyter; the book shows figures).
         nb.metadata.pop("widgets", None)
         fill(nb)  # the prose's numbers from this run's outputs
-        nb.metadata["laplace_from_scratch"] = {"key": k}
+        # the CPU vendor that computed these outputs: nbval compares their digits on that vendor only
+        # (tools/nbval_cpu.py)
+        nb.metadata["laplace_from_scratch"] = {"key": k, "cpu": cpu_vendor()}
         nbformat.write(nb, path)
         print(f"executed:  {path.name} ({time.perf_counter() - t0:.0f} s)")
     fill_pages(ROOT)  # the README and landing page quote the notebooks' values too
