@@ -37,8 +37,9 @@ def test_the_committed_notebooks_name_their_vendor(tmp_path):
     notebooks = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
     assert notebooks
     for path in notebooks:
-        assert nbval_cpu.recorded_vendor(path), f"{path.name}: no laplace_from_scratch.cpu in its metadata"
-    nb = nbformat.v4.new_notebook()
-    nbformat.write(nb, tmp_path / "x.ipynb")
-    assert nbval_cpu.recorded_vendor(tmp_path / "x.ipynb") is None  # never run: masked everywhere
+        nb = nbformat.read(path, as_version=4)
+        assert nbval_cpu.recorded_vendor(nb), f"{path.name}: no laplace_from_scratch.cpu in its metadata"
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "x.ipynb")
+    never_run = nbformat.read(tmp_path / "x.ipynb", as_version=4)
+    assert nbval_cpu.recorded_vendor(never_run) is None  # masked everywhere
     assert nbval_cpu.cpu_vendor()

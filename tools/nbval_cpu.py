@@ -15,7 +15,7 @@ space by one space, so nbval still runs every cell, fails on any error or
 failed assertion (the notebooks' checks assert their tolerances), and compares the words of every
 output, but not the digits. The run prints which notebooks were compared that way.
 
-    pytest --nbval notebooks -p nbval_cpu      # with tools/ on PYTHONPATH (the Makefile does this)
+    python -m pytest --nbval notebooks -p tools.nbval_cpu   # from the repository root, as the Makefile
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def cpu_vendor() -> str:
     return platform.machine() or "unknown"
 
 
-def recorded_vendor(path: Path) -> str | None:
-    nb = nbformat.read(path, as_version=4)
+def recorded_vendor(nb: nbformat.NotebookNode) -> str | None:
+    """The CPU vendor that computed the notebook's outputs (None: never run by run_notebooks)."""
     return nb.metadata.get("laplace_from_scratch", {}).get("cpu")
 
 
@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     here = cpu_vendor()
     files = {item.parent for item in items if hasattr(item.parent, "sanitize_patterns")}
     for nbfile in files:
-        if recorded_vendor(Path(nbfile.fspath)) == here:
+        if recorded_vendor(nbfile.nb) == here:  # the notebook nbval read when collecting
             continue
         setup = nbfile.setup_sanitize_files
 
