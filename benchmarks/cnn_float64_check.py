@@ -124,6 +124,15 @@ def main() -> None:
     weights = work / "cnn.pt"
     trained = scale.train(CFG, weights)
     rows = []
+    meta = machine_meta(
+        args.device,
+        settings=CFG,
+        map=trained,
+        cells=cells,
+        modes=args.modes,
+        script="benchmarks/cnn_float64_check.py",
+    )
+    out = args.out or ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
     for mode in args.modes:
         dtype, tf32 = MODES[mode]
         in_dtype(dtype)
@@ -159,18 +168,9 @@ def main() -> None:
                 if "delta" in o and "delta" in t:
                     row["delta_rel"] = abs(t["delta"] - o["delta"]) / o["delta"]
             print(row, flush=True)
-            rows.append(row)
+            rows.append(row)  # written after every row: a stopped run keeps its rows
+            Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     torch.set_default_dtype(torch.float32)
-    meta = machine_meta(
-        args.device,
-        settings=CFG,
-        map=trained,
-        cells=cells,
-        modes=args.modes,
-        script="benchmarks/cnn_float64_check.py",
-    )
-    out = args.out or ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
-    Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print("wrote", out)
 
 

@@ -354,7 +354,40 @@ def measure(cfg: dict) -> dict:
         out["peak_bytes"] = torch.cuda.max_memory_allocated() - base
     elif not cfg.get("inprocess"):
         out["peak_bytes"] = max(rss.peak - rss.base, 0)
+    if cfg.get("repeats", 1) > 1 and structure != "matfree" and "error" not in out:
+        del la
+        out.update(repeat_times(cfg["repeats"], make, loader, Xq, kw, P_post, sync))
     return out
+
+
+def repeat_times(R: int, make, loader, Xq, kw: dict, P_post: int, sync) -> dict:
+    """``--repeats R``: the fit and the predictive timed R times in all (the measured
+    run and R - 1 more, each fit on a fresh object), after the peak memory is read.
+    ``fit_s`` and ``predict_s`` become the medians; every run is kept in
+    ``fit_s_runs`` and ``predict_s_runs``."""
+    import statistics
+
+    fits, preds = [], []
+    for _ in range(R):
+        la = make()
+        t0 = time.perf_counter()
+        la.fit(loader)
+        sync()
+        fits.append(time.perf_counter() - t0)
+        la(Xq[:2], link_approx="probit", **kw)
+        sync()
+        t0 = time.perf_counter()
+        for x in _chunks(Xq, 10, P_post):
+            la(x, link_approx="probit", **kw)
+        sync()
+        preds.append(time.perf_counter() - t0)
+        del la
+    return {
+        "fit_s_runs": fits,
+        "predict_s_runs": preds,
+        "fit_s": statistics.median(fits),
+        "predict_s": statistics.median(preds),
+    }
 
 
 def make_laplace(cfg: dict, model, subset: str, hs: str):
@@ -1048,6 +1081,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cpu-mem-gb", type=float, default=16.0)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="time fit and predict this many times (fresh objects; medians recorded)",
+    )
+    ap.add_argument(
         "--inprocess",
         action="store_true",
         help="no subprocesses (quick; no CPU memory figures)",
@@ -1123,6 +1162,7 @@ def main(argv: list[str] | None = None) -> dict:
         "tune_max_p": args.tune_max_p,
         "cpu_mem_gb": args.cpu_mem_gb,
         "inprocess": args.inprocess,
+        "repeats": args.repeats,
     }
     plan_only = ("one", "plan", "json", "piece_s", "full_memory_widths")
     options = {k: v for k, v in vars(args).items() if k not in plan_only}

@@ -115,7 +115,11 @@ def read(paths: list[Path]) -> dict:
         mine: dict[tuple, list] = {}
         for r in rec["rows"]:
             mine.setdefault((r["model"], r["structure"]), []).append(r)
-        cells |= {k: (rec, v) for k, v in mine.items()}
+        for k, v in mine.items():  # times and sizes all from one record; an older
+            have = {r["impl"] for r in v}  # failure of a backend it did not run stays
+            old = cells[k][1] if k in cells else []
+            v += [r for r in old if r["impl"] not in have and "error" in r]
+            cells[k] = (rec, v)
     t = lambda x: "–" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.2g}"  # noqa: E731
     e = lambda x: f"{x:.0e}" if x else "0"  # noqa: E731
     table, agree, failed_default, failed_ours, other = [], [], [], [], []
@@ -130,8 +134,8 @@ def read(paths: list[Path]) -> dict:
             "structure": s,
             "P": f"{P / 1e6:.3g}M" if P > 1e5 else P,
         }
-        if len(recs) > 1:
-            line["record"] = m["date"][5:]
+        if len(recs) > 1:  # the record's name without the year: 11-28b
+            line["record"] = record_name(rec)
         if "error" in ours:  # "skipped" (P over the cap) or "timeout"
             line["fit s"] = ours["error"].split(":")[0].split()[0]
             if not ours["error"].startswith("skip"):
@@ -186,14 +190,29 @@ def read(paths: list[Path]) -> dict:
     }
 
 
+def record_name(rec: dict) -> str:
+    """A record's name without the year: ``scale_2026-11-28b_cuda-….json`` → 11-28b."""
+    return rec["path"].name.split("_")[1][5:]
+
+
+def timing(m: dict) -> str:
+    """How a record timed: warm or not, and the median of how many runs."""
+    text = "everything warm" if warm(m) else "δ tuning cold"
+    repeats = max(run.get("repeats", 1) for run in m.get("runs", [m["args"]]))
+    return text + (
+        f"; fit and predict: median of {repeats} runs" if repeats > 1 else ""
+    )
+
+
 def provenance(rec: dict) -> str:
     """A record in one line: its file, training-set size, timing and, for a sweep
     recorded in parts, how much of it ran."""
     m = rec["meta"]
     n = planned(m)
     part = f"; {len(rec['rows'])} of {n} planned measurements" if n else ""
-    timing = "everything warm" if warm(m) else "δ tuning cold"
-    return f"results/{rec['path'].name} (N = {m['args']['n_train']:,}; {timing}{part})"
+    return (
+        f"results/{rec['path'].name} (N = {m['args']['n_train']:,}; {timing(m)}{part})"
+    )
 
 
 def where(m: dict) -> str:
@@ -206,8 +225,7 @@ def show(dev: dict) -> None:
         m, a = rec["meta"], rec["meta"]["args"]
         n = planned(m)
         part = f"; partial: {len(rec['rows'])} of {n} planned measurements" if n else ""
-        timing = "everything warm" if warm(m) else "δ tuning cold"
-        say(f"results/{rec['path'].name}, {label(m)}; {timing}{part}")
+        say(f"results/{rec['path'].name}, {label(m)}; {timing(m)}{part}")
         cap = f", {a['cpu_mem_gb']:.0f} GB" if m["device"] == "cpu" else ""
         timeout = max(run.get("timeout", a["timeout"]) for run in m.get("runs", [a]))
         say(
@@ -412,21 +430,27 @@ def float64_check(path: Path) -> list[dict]:
     float32 and float64; prints its differences and returns its rows."""
     check = json.loads(path.read_text())
     rows = check["rows"]
-    structures = [r["structure"] for r in rows if r["dtype"] == "float32"]
+    structures = list(dict.fromkeys(r["structure"] for r in rows))
     backends = {r["structure"]: BACKEND_NAMES[r["backend"]] for r in rows}
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     say(
-        f"The CNN again, on newly trained weights, in float32 and float64: "
+        f"The CNN again, on newly trained weights, in {' and '.join(dtypes)}: "
         f"results/{path.name}, {label(check['meta'])}; laplace-torch's backend: "
         + ", ".join(f"{s} {backends[s]}" for s in structures)
     )
     print(f"{'':>16}" + "".join(f"{s:>9}" for s in structures))
-    for dtype in ("float32", "float64"):
+    for dtype in dtypes:  # –: a cell the run did not finish in this dtype
         got = {r["structure"]: r for r in rows if r["dtype"] == dtype}
         for q, name in (("evidence_rel", "Δ evid."), ("probs_maxabs", "|Δp|")):
             print(
                 f"{dtype:>8} {name:>7}"
-                + "".join(f"{got[s][q]:>9.0e}" for s in structures)
+                + "".join(
+                    f"{got[s][q]:>9.0e}" if s in got else f"{'–':>9}"
+                    for s in structures
+                )
             )
+    if "note" in check["meta"]:
+        say(check["meta"]["note"])
     return rows
 
 

@@ -33,7 +33,7 @@ from .posterior import Posterior
 # chunk a fraction of one P×P matrix where full Laplace holds P×P buffers anyway:
 CHUNK_FRACTION = 1 / 64  # beside H as it accumulates: 1.6 % more memory
 CHUNK_FRACTION_TIGHT = 1 / 256  # one_buffer, and the predictive beside full Laplace
-CHUNK_FLOOR = 1 << 20  # 2²⁰ numbers (4 MiB in float32): always affordable, still fast
+CHUNK_FLOOR = 1 << 24  # 2²⁴ numbers (64 MiB in float32): few, large blocks per batch
 CHUNK_CAP = 1 << 27  # 2²⁷ numbers (512 MiB in float32) where no P×P matrix exists
 
 

@@ -175,14 +175,15 @@ def test_predictive_jacobian_blocks_stay_bounded_without_a_pp_matrix(monkeypatch
     from torch.utils.data import DataLoader, TensorDataset
 
     from laplace_from_scratch import Laplace
-    from laplace_from_scratch.curvature import CHUNK_CAP, CHUNK_FRACTION_TIGHT, jacobian_chunk
+    from laplace_from_scratch.curvature import CHUNK_CAP, CHUNK_FLOOR, CHUNK_FRACTION_TIGHT, jacobian_chunk
 
     P, K = 1_000_010, 10
     assert jacobian_chunk(K, P, CHUNK_FRACTION_TIGHT, cap=CHUNK_CAP) * K * P <= CHUNK_CAP == 1 << 27
     assert jacobian_chunk(K, P, 1 / 256) == int(P / 256 / K)  # no cap: 390 inputs
-    # small P: the 4 MiB floor decides, even over a cap below it
-    assert jacobian_chunk(K, 9_550, 1 / 256, cap=1 << 27) == (1 << 20) // (K * 9_550)
-    assert jacobian_chunk(K, 9_550, 1 / 256, cap=1) == (1 << 20) // (K * 9_550)
+    # small P: the floor (2²⁴ numbers, 64 MiB in float32) decides, even over a cap below it
+    assert CHUNK_FLOOR == 1 << 24
+    assert jacobian_chunk(K, 9_550, 1 / 256, cap=1 << 27) == CHUNK_FLOOR // (K * 9_550) == 175
+    assert jacobian_chunk(K, 9_550, 1 / 256, cap=1) == CHUNK_FLOOR // (K * 9_550)
 
     torch.manual_seed(0)
     model = nn.Linear(100_000, K).float()

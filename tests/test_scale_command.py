@@ -249,3 +249,17 @@ def test_plot_never_joins_two_architectures_and_puts_last_layers_at_their_own_P(
         # the one-hidden-layer MLPs at their two widths are joined, per structure and implementation
         joined = sorted(xs for gid, xs in lines if len(xs) > 1)
         assert joined == sorted([[P["mlp:12:1"], P["mlp:50:1"]]] * 4 + [[130, P_last["mlp:50:1"]]] * 2)
+
+
+def test_repeats_record_every_run_and_their_median(tmp_path):
+    """``--repeats 3``: three warm fits and predictions per cell, the medians as the figures."""
+    out = tmp_path / "scale_repeats"
+    cmd = [*SCALE, *SMALL, "--structures", "diag", "ll-kron", "--impls", "ours", "backpack"]
+    _run([*cmd, "--repeats", "3", "--out", str(out)])
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert len(rows) == 4
+    for r in rows:
+        for key in ("fit_s", "predict_s"):
+            runs = r[f"{key}_runs"]
+            assert len(runs) == 3 and all(t > 0 for t in runs)
+            assert r[key] == sorted(runs)[1]

@@ -89,3 +89,31 @@ def test_profiles_read_the_tables_beside_the_record(capsys):
     for r in rows:
         assert 0 < r["gpu_s"] < r["fit_s"]  # host-bound: kernels fill part of the fit
         assert r["eigh"] >= 0 and r["syncs_per_batch"] > 0
+
+
+def test_a_newer_record_replaces_a_cell_and_keeps_older_failures(tmp_path):
+    """``read`` takes a (model, structure) cell's times from the newest record holding it,
+    so ours and laplace-torch are compared within one run; a backend that failed in an
+    older record and was not run in the newer one stays as a failure."""
+    import json
+
+    meta = {"date": "2026-11-28", "device": "cuda", "device_name": "GPU", "threads": 1}
+    meta |= {"torch": "t", "laplace_torch": "0.3", "args": {"n_train": 10}}
+    meta["models"] = {"mlp:12:1": {"P": 9550}}
+
+    def row(impl: str, fit: float, **extra) -> dict:
+        r = {"model": "mlp:12:1", "structure": "ll-full", "impl": impl, "P": 9550, "data": "mnist"}
+        return r | ({} if "error" in extra else {"fit_s": fit, "predict_s": fit}) | extra
+
+    old = [row("ours", 4.0), row("backpack", 1.0), row("curvlinops", 0, error="RuntimeError at warm-up")]
+    new = [row("ours", 0.5), row("backpack", 1.0)]
+    paths = []
+    for name, rows in (("2026-11-28", old), ("2026-11-28b", new)):
+        paths.append(tmp_path / f"scale_{name}_cuda-gpu.json")
+        paths[-1].write_text(json.dumps({"meta": meta, "rows": rows}))
+    dev = report.read(paths)
+    cell = dev["cells"][("mlp:12:1", "ll-full")]
+    assert {r["impl"]: r.get("fit_s") for r in cell} == {"ours": 0.5, "backpack": 1.0, "curvlinops": None}
+    assert dev["pairs"]["fit_s"][("mlp:12:1", "ll-full")] == (0.5, 1.0)
+    assert [r["impl"] for r in dev["failed_default"]] == ["curvlinops"]
+    assert dev["table"]["record"].tolist() == ["11-28b"]
