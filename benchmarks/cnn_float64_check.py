@@ -111,9 +111,10 @@ def main() -> None:
         action="store_true",
         help="the data and tuning settings of scale.py --preset gpu (always on cuda)",
     )
+    ap.add_argument("--model", default=CFG["model"], help="one of scale.py's models")
     ap.add_argument("--out", default=None, help="default results/cnn_float64_check_…")
     args = ap.parse_args()
-    CFG["device"] = args.device
+    CFG["device"], CFG["model"] = args.device, args.model
     if args.device == "cuda" or args.gpu_settings:  # the GPU record's data
         gpu = scale.PRESETS["gpu"]
         CFG.update({k: gpu[k] for k in ("n_train", "n_test", "n_query")})
@@ -132,7 +133,7 @@ def main() -> None:
         modes=args.modes,
         script="benchmarks/cnn_float64_check.py",
     )
-    out = args.out or ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
+    path = args.out or ROOT / "results" / f"cnn_float64_check_{meta['date']}_cpu.json"
     for mode in args.modes:
         dtype, tf32 = MODES[mode]
         in_dtype(dtype)
@@ -169,9 +170,9 @@ def main() -> None:
                     row["delta_rel"] = abs(t["delta"] - o["delta"]) / o["delta"]
             print(row, flush=True)
             rows.append(row)  # written after every row: a stopped run keeps its rows
-            Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+            Path(path).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     torch.set_default_dtype(torch.float32)
-    print("wrote", out)
+    print("wrote", path)
 
 
 if __name__ == "__main__":

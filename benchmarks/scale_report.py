@@ -426,27 +426,31 @@ def predict_bench(paths: list[Path]) -> tuple[float, float, int]:
 
 
 def float64_check(path: Path) -> list[dict]:
-    """``cnn_float64_check.py``'s record: the CNN measured again on new weights in
-    float32 and float64; prints its differences and returns its rows."""
+    """``cnn_float64_check.py``'s record: a network (the CNN unless the record names
+    another) measured again on new weights in float32 and float64; prints its
+    differences and returns its rows."""
     check = json.loads(path.read_text())
     rows = check["rows"]
-    structures = list(dict.fromkeys(r["structure"] for r in rows))
-    backends = {r["structure"]: BACKEND_NAMES[r["backend"]] for r in rows}
+    cells = list(dict.fromkeys((r["structure"], r["backend"]) for r in rows))
+    one_each = len({s for s, _ in cells}) == len(cells)  # a column per structure
+    col = {c: c[0] if one_each else f"{c[0]}/{BACKEND_NAMES[c[1]]}" for c in cells}
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     say(
-        f"The CNN again, on newly trained weights, in {' and '.join(dtypes)}: "
+        f"The {scale.model_label(check['meta']['settings']['model'], 'mnist')} again, "
+        f"on newly trained weights, in {' and '.join(dtypes)}: "
         f"results/{path.name}, {label(check['meta'])}; laplace-torch's backend: "
-        + ", ".join(f"{s} {backends[s]}" for s in structures)
+        + ", ".join(f"{s} {BACKEND_NAMES[b]}" for s, b in cells)
     )
-    print(f"{'':>16}" + "".join(f"{s:>9}" for s in structures))
+    width = max(9, *(len(c) + 1 for c in col.values()))
+    print(f"{'':>16}" + "".join(f"{col[c]:>{width}}" for c in cells))
     for dtype in dtypes:  # –: a cell the run did not finish in this dtype
-        got = {r["structure"]: r for r in rows if r["dtype"] == dtype}
+        got = {(r["structure"], r["backend"]): r for r in rows if r["dtype"] == dtype}
         for q, name in (("evidence_rel", "Δ evid."), ("probs_maxabs", "|Δp|")):
             print(
                 f"{dtype:>8} {name:>7}"
                 + "".join(
-                    f"{got[s][q]:>9.0e}" if s in got else f"{'–':>9}"
-                    for s in structures
+                    f"{got[c][q]:>{width}.0e}" if c in got else f"{'–':>{width}}"
+                    for c in cells
                 )
             )
     if "note" in check["meta"]:
