@@ -79,6 +79,7 @@ import functools
 import itertools
 import json
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -322,24 +323,11 @@ def measure(cfg: dict) -> dict:
             else:
                 la = make()
                 stage = "fit"
-                t0 = time.perf_counter()
-                la.fit(loader)
-                sync()
-                out["fit_s"] = time.perf_counter() - t0
+                out["fit_s"] = timed_fit(la, loader, sync)
                 stage = "evidence"
                 out["evidence"] = la.log_marginal_likelihood().item()
                 stage = "predict"
-                la(Xq[:2], link_approx="probit", **kw)  # its lazy factorisations
-                sync()
-                t0 = time.perf_counter()
-                probs = torch.cat(
-                    [
-                        la(x, link_approx="probit", **kw).detach()
-                        for x in _chunks(Xq, 10, P_post)
-                    ]
-                )
-                sync()
-                out["predict_s"] = time.perf_counter() - t0
+                out["predict_s"], probs = timed_predict(la, Xq, kw, P_post, sync)
                 np.save(cfg["probs_file"], probs.double().cpu().numpy())
                 if tune:
                     stage = "tune δ"
@@ -360,27 +348,40 @@ def measure(cfg: dict) -> dict:
     return out
 
 
-def repeat_times(R: int, make, loader, Xq, kw: dict, P_post: int, sync) -> dict:
-    """``--repeats R``: the fit and the predictive timed R times in all (the measured
-    run and R - 1 more, each fit on a fresh object), after the peak memory is read.
-    ``fit_s`` and ``predict_s`` become the medians; every run is kept in
-    ``fit_s_runs`` and ``predict_s_runs``."""
-    import statistics
+def timed_fit(la, loader, sync) -> float:
+    """Seconds of ``la.fit(loader)``, the device synchronised."""
+    t0 = time.perf_counter()
+    la.fit(loader)
+    sync()
+    return time.perf_counter() - t0
 
+
+def timed_predict(la, Xq, kw: dict, P_post: int, sync):
+    """Seconds of the probit predictive on the queries ``Xq`` (in chunks, so Jacobians
+    stay below ~1 GB), after a prediction on two of them that pays for the posterior's
+    lazy factorisations; and the probabilities (n_query, K)."""
+    import torch
+
+    la(Xq[:2], link_approx="probit", **kw)
+    sync()
+    t0 = time.perf_counter()
+    probs = torch.cat(
+        [la(x, link_approx="probit", **kw).detach() for x in _chunks(Xq, 10, P_post)]
+    )
+    sync()
+    return time.perf_counter() - t0, probs
+
+
+def repeat_times(R: int, make, loader, Xq, kw: dict, P_post: int, sync) -> dict:
+    """``--repeats R``: after the measured run (whose object also gave the evidence,
+    the probabilities, δ and the peak memory), the fit and the predictive timed R more
+    times, each on a fresh object. ``fit_s`` and ``predict_s`` become the medians of
+    those R runs; all of them are kept in ``fit_s_runs`` and ``predict_s_runs``."""
     fits, preds = [], []
     for _ in range(R):
         la = make()
-        t0 = time.perf_counter()
-        la.fit(loader)
-        sync()
-        fits.append(time.perf_counter() - t0)
-        la(Xq[:2], link_approx="probit", **kw)
-        sync()
-        t0 = time.perf_counter()
-        for x in _chunks(Xq, 10, P_post):
-            la(x, link_approx="probit", **kw)
-        sync()
-        preds.append(time.perf_counter() - t0)
+        fits.append(timed_fit(la, loader, sync))
+        preds.append(timed_predict(la, Xq, kw, P_post, sync)[0])
         del la
     return {
         "fit_s_runs": fits,
@@ -410,10 +411,7 @@ def warm_up(make, one_batch, Xq, kw: dict, tune: bool, sync) -> dict:
     cell tunes δ) runs ``optimize_prior_precision``; then :func:`warm_device`. Returns
     those first calls' times (``cold_*_s``), which include the one-time costs."""
     cold, w = {}, make()
-    t0 = time.perf_counter()
-    w.fit(one_batch)
-    sync()
-    cold["cold_fit_s"] = time.perf_counter() - t0
+    cold["cold_fit_s"] = timed_fit(w, one_batch, sync)
     t0 = time.perf_counter()
     w(Xq[:2], link_approx="probit", **kw)
     sync()
