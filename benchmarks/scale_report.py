@@ -106,6 +106,11 @@ def planned(m: dict) -> int | None:
     return len(scale.cells(preset["models"], scale.STRUCTURES, impls))
 
 
+# a device table's columns, in this order (those no row has are left out)
+COLUMNS = ("model", "structure", "P", "record", "fit s", "predict s", "δ tuning s")
+COLUMNS += ("MiB", "Δ evid.", "|Δp|")
+
+
 def read(paths: list[Path]) -> dict:
     """The records of one device (oldest first) as one table: a row per model and
     structure, from the newest record holding it; what the verdict counts."""
@@ -150,6 +155,11 @@ def read(paths: list[Path]) -> dict:
             line["MiB"] = (
                 f"{t(mib(ours.get('peak_bytes')))} / {t(mib(best(cell, 'peak_bytes')))}"
             )
+            if ours.get("tune_s"):  # δ by the evidence; a first call's tuning is cold
+                cold = "" if warm(m) else " cold"
+                line["δ tuning s"] = (
+                    f"{t(ours['tune_s'])} / {t(best(cell, 'tune_s'))}{cold}"
+                )
             for key in pairs:
                 cold_tune = key == "tune_s" and not warm(m)  # a one-time cost inside
                 theirs = best(cell, key)
@@ -178,7 +188,10 @@ def read(paths: list[Path]) -> dict:
     return {
         "recs": recs,
         "device": recs[-1]["meta"]["device"],
-        "table": pd.DataFrame(table).fillna("").set_index(["model", "structure"]),
+        "table": pd.DataFrame(table)
+        .reindex(columns=[c for c in COLUMNS if any(c in line for line in table)])
+        .fillna("")
+        .set_index(["model", "structure"]),
         "rows": [r for rec, cell in cells.values() for r in cell],
         "cells": {k: cell for k, (rec, cell) in cells.items()},
         "ratio": {k: {r: a / b for r, (a, b) in v.items()} for k, v in pairs.items()},
@@ -246,7 +259,9 @@ def show(dev: dict) -> None:
     say(
         "ours / laplace-torch's best backend that finished (fastest; smallest peak). "
         "Δ: the largest difference over the backends that compute our approximation "
-        "(matrix-free: to our full, in standard errors of its SLQ estimate)."
+        "(matrix-free: to our full, in standard errors of its SLQ estimate). δ tuning: "
+        "100 Adam steps on the evidence (blank: not tuned at this P; cold: the "
+        "record's tuning was not warmed up)."
         + (" †: our replaced Jacobian route." if "†" in str(dev["table"]) else "")
     )
     for r in dev["failed_default"]:

@@ -117,3 +117,19 @@ def test_a_newer_record_replaces_a_cell_and_keeps_older_failures(tmp_path):
     assert dev["pairs"]["fit_s"][("mlp:12:1", "ll-full")] == (0.5, 1.0)
     assert [r["impl"] for r in dev["failed_default"]] == ["curvlinops"]
     assert dev["table"]["record"].tolist() == ["11-28b"]
+
+
+def test_the_table_shows_delta_tuning_times_and_marks_cold_ones():
+    """The device table prints ours / laplace-torch's fastest δ tuning where a row was
+    tuned, blank where it was not, and "cold" for a record that tuned without a warm-up."""
+    dev = report.read([ROOT / "results" / "scale_2026-11-28_cpu.json"])
+    tune = dev["table"]["δ tuning s"]
+    cell = dev["cells"][("mlp:12:1", "diag")]
+    ours = next(r["tune_s"] for r in cell if r["impl"] == "ours")
+    assert tune[("mlp:12:1", "diag")].startswith(f"{ours:.2g} / ")
+    assert tune[("mlp:12:1", "full")] == ""  # not tuned at this P (--tune-max-p)
+    assert not any("cold" in v for v in tune)
+    cols = list(dev["table"].columns)
+    assert cols.index("predict s") + 1 == cols.index("δ tuning s")
+    h100 = report.read([ROOT / "results" / "scale_2026-11-24_cuda-nvidia-h100-80gb-hbm3.json"])
+    assert any(v.endswith(" cold") for v in h100["table"]["δ tuning s"])
