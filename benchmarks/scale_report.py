@@ -241,10 +241,12 @@ def show(dev: dict) -> None:
         say(f"results/{rec['path'].name}, {label(m)}; {timing(m)}{part}")
         cap = f", {a['cpu_mem_gb']:.0f} GB" if m["device"] == "cpu" else ""
         timeout = max(run.get("timeout", a["timeout"]) for run in m.get("runs", [a]))
+        guarded = sum("shell guard" in r.get("error", "") for r in rec["rows"])
+        guard = f" ({guarded} stopped sooner by a shell guard)" if guarded else ""
         say(
             f"  MNIST, N = {a['n_train']:,}, {a['n_query']} test queries, "
-            f"δ = {a['delta0']:g}; per measurement ≤ {timeout} s{cap}; full Laplace "
-            f"only up to P = {a['full_max_p']:,}; matrix-free predicts on "
+            f"δ = {a['delta0']:g}; per measurement ≤ {timeout} s{guard}{cap}; full "
+            f"Laplace only up to P = {a['full_max_p']:,}; matrix-free predicts on "
             f"{a['matfree_query']} queries"
         )
     models = {k: v for rec in dev["recs"] for k, v in rec["meta"]["models"].items()}
@@ -403,7 +405,7 @@ def verdict(devices: dict[str, dict]) -> pd.DataFrame:
             "largest |Δp|, MLP": gap("mlp"),
             "largest |Δp|, CNN": gap("cnn"),
             "laplace-torch's default backend failed": str(len(dev["failed_default"])),
-            "ours failed (time)": str(len(dev["failed_ours"])),
+            "ours stopped by a time limit": str(len(dev["failed_ours"])),
         }
     return pd.DataFrame(col)
 
