@@ -189,6 +189,37 @@ def test_auroc_interval_narrows_with_data_and_checks_input():
     assert value == helpers.ood_auroc(probs[:15], probs[15:]) and lo <= hi
 
 
+def test_auroc_difference_interval_equals_explicit_paired_bootstrap():
+    """Each resample draws the inputs once and scores both methods on them; with
+    paired=True a negative is drawn with its positive."""
+    g = torch.Generator().manual_seed(1)
+    pos_a, neg_a = torch.randn(30, generator=g) + 1, torch.randn(30, generator=g)
+    pos_b = pos_a + 0.5 * torch.randn(30, generator=g)  # b: a noisier scoring
+    neg_b = neg_a.round()  # ties
+    for paired in (False, True):
+        d, low, high = helpers.auroc_difference_interval(
+            pos_a, neg_a, pos_b, neg_b, paired=paired, n_boot=150, seed=4
+        )
+        assert d == pytest.approx(helpers.auroc(pos_a, neg_a) - helpers.auroc(pos_b, neg_b), abs=1e-12)
+        g2 = torch.Generator().manual_seed(4)
+        ip = torch.randint(0, 30, (150, 30), generator=g2)
+        ineg = ip if paired else torch.randint(0, 30, (150, 30), generator=g2)
+        values = [
+            helpers.auroc(pos_a[a], neg_a[b]) - helpers.auroc(pos_b[a], neg_b[b])
+            for a, b in zip(ip, ineg, strict=True)
+        ]
+        levels = torch.tensor([0.025, 0.975], dtype=torch.float64)
+        q = torch.quantile(torch.tensor(values, dtype=torch.float64), levels)
+        assert (low, high) == pytest.approx(q.tolist(), abs=1e-12)
+        assert low <= d <= high
+    # what the two scorings share cancels: the same scores differ by exactly 0
+    assert helpers.auroc_difference_interval(pos_a, neg_a, pos_a, neg_a, n_boot=20) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="same inputs"):
+        helpers.auroc_difference_interval(pos_a, neg_a, pos_b[:10], neg_b)
+    with pytest.raises(ValueError, match="paired"):
+        helpers.auroc_difference_interval(pos_a, neg_a[:20], pos_b, neg_b[:20], paired=True)
+
+
 def test_plot_reliability_counts():
     g = torch.Generator().manual_seed(0)
     probs = torch.softmax(3 * torch.randn(200, 4, generator=g), -1)
@@ -200,4 +231,23 @@ def test_plot_reliability_counts():
     assert stairs.get_data().values.round().sum() >= 200 - 10 * 0.5  # empty bins drawn at 0.5 on a log axis
     _, _, count = helpers.calibration_curve(probs, y, 10)
     assert stairs.get_data().values[count > 0].sum() == pytest.approx(200)
+    plt.close(fig)
+
+
+def test_plot_reliability_marks_thin_bins_hollow():
+    """Bins with fewer than min_count points get a second, hollow marker; the others
+    none."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(3 * torch.randn(200, 4, generator=g), -1)
+    y = torch.randint(0, 4, (200,), generator=g)
+    conf, _, count = helpers.calibration_curve(probs, y, 10)
+    fig, ax = plt.subplots()
+    plot_reliability(ax, probs, y, n_bins=10, min_count=20, linestyle=":")
+    line, *hollow = [ln for ln in ax.lines if ln.get_gid() != "reliability-diagonal"]
+    assert line.get_linestyle() == ":"
+    thin = (count > 0) & (count < 20)
+    assert 0 < thin.sum() < (count > 0).sum()  # some bins thin, some not
+    (marks,) = hollow
+    assert marks.get_markerfacecolor() == "white"
+    assert marks.get_xdata().tolist() == conf[thin].tolist()
     plt.close(fig)

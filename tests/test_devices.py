@@ -170,7 +170,9 @@ def exercise_functions(model, X: Tensor, y: Tensor) -> dict[str, Tensor]:
         logits = model(X)
     T = helpers.fit_temperature(logits, y)
     low, high = helpers.ood_auroc_interval(probs[:2], probs[1:], n_boot=20)[1:]
-    out["baselines"] = theta.new_tensor([T, low, high])
+    s_in, s_out = helpers.ood_score(probs[:2]), helpers.ood_score(probs[1:3])
+    diff = helpers.auroc_difference_interval(s_out, s_in, s_out.flip(0), s_in, True, 20)
+    out["baselines"] = theta.new_tensor([T, low, high, *diff])
     out["ensemble"] = helpers.ensemble_probs([model, model], X[:3])
     dropped = torch.nn.Sequential(model, torch.nn.Dropout(0.5))
     out["mc_dropout"] = helpers.mc_dropout_probs(dropped, X[:3], n_samples=3)

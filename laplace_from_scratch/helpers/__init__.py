@@ -42,6 +42,7 @@ from .data import (
 from .metrics import (
     accuracy,
     auroc,
+    auroc_difference_interval,
     auroc_interval,
     brier,
     calibration_curve,
@@ -105,6 +106,7 @@ __all__ = [
     # metrics.py
     "accuracy",
     "auroc",
+    "auroc_difference_interval",
     "auroc_interval",
     "brier",
     "calibration_curve",

@@ -7,7 +7,9 @@ detection.
   bins (lo, hi] on (0, 1] and compares the mean confidence with the accuracy in each
   bin; :func:`ece` is the count-weighted mean gap.
 * Out-of-distribution detection: :func:`auroc` (the Mann–Whitney statistic, ties counted
-  ½) and :func:`ood_auroc`, which scores each input by how unsure the prediction is.
+  ½) and :func:`ood_auroc`, which scores each input by how unsure the prediction is;
+  bootstrap intervals of one AUROC (:func:`auroc_interval`) and of the difference of
+  two on the same inputs (:func:`auroc_difference_interval`).
 
 Shapes: N inputs, C classes. ``probs`` is (N, C) with rows that sum to 1 (use
 :func:`~laplace_from_scratch.predictive.two_class` on the (N,) probabilities of a single
@@ -220,6 +222,39 @@ def ood_auroc(probs_in: Tensor, probs_out: Tensor, score: str = "max_prob") -> f
     return auroc(ood_score(probs_out, score), ood_score(probs_in, score))
 
 
+def _check_bootstrap(n_boot: int, level: float) -> None:
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 2:
+        raise ValueError(f"n_boot must be an integer of at least 2, got {n_boot!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+
+
+def _wins(scores_pos: Tensor, scores_neg: Tensor) -> Tensor:
+    """W (n₊, n₋): [s₊ > s₋] + ½[s₊ = s₋], in float64 on the CPU; cᵀ₊ W c₋ / (n₊ n₋) is
+    the AUROC of the inputs drawn c₊ and c₋ times."""
+    sp, sn = scores_pos.detach().double().cpu(), scores_neg.detach().double().cpu()
+    return (sp[:, None] > sn[None, :]).double() + 0.5 * (
+        sp[:, None] == sn[None, :]
+    ).double()
+
+
+def _draws(n: int, n_boot: int, g: torch.Generator) -> Tensor:
+    """How often each of n inputs is drawn in each of n_boot resamples: (n_boot, n)."""
+    idx = torch.randint(0, n, (n_boot, n), generator=g, device="cpu")
+    ones = torch.ones(n_boot, n, dtype=torch.float64, device="cpu")
+    return torch.zeros(n_boot, n, dtype=torch.float64, device="cpu").scatter_add_(
+        1, idx, ones
+    )
+
+
+def _percentiles(values: Tensor, level: float) -> tuple[float, float]:
+    q = torch.tensor(
+        [(1 - level) / 2, (1 + level) / 2], dtype=torch.float64, device="cpu"
+    )
+    low, high = torch.quantile(values, q).tolist()
+    return low, high
+
+
 def auroc_interval(
     scores_pos: Tensor,
     scores_neg: Tensor,
@@ -236,30 +271,53 @@ def auroc_interval(
     Draws use a CPU generator seeded with ``seed``.
     """
     auroc(scores_pos, scores_neg)  # the same checks
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 2:
-        raise ValueError(f"n_boot must be an integer of at least 2, got {n_boot!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    sp, sn = scores_pos.detach().double().cpu(), scores_neg.detach().double().cpu()
-    W = (sp[:, None] > sn[None, :]).double() + 0.5 * (
-        sp[:, None] == sn[None, :]
-    ).double()
+    _check_bootstrap(n_boot, level)
+    W = _wins(scores_pos, scores_neg)
     g = torch.Generator().manual_seed(seed)
+    cp, cn = _draws(W.shape[0], n_boot, g), _draws(W.shape[1], n_boot, g)
+    return _percentiles(((cp @ W) * cn).sum(1) / W.numel(), level)
 
-    def counts(n: int) -> Tensor:
-        idx = torch.randint(0, n, (n_boot, n), generator=g, device="cpu")
-        ones = torch.ones(n_boot, n, dtype=torch.float64, device="cpu")
-        return torch.zeros(n_boot, n, dtype=torch.float64, device="cpu").scatter_add_(
-            1, idx, ones
+
+def auroc_difference_interval(
+    pos_a: Tensor,
+    neg_a: Tensor,
+    pos_b: Tensor,
+    neg_b: Tensor,
+    paired: bool = False,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """AUROC(a) − AUROC(b) for two scorings a and b of the same inputs, and its
+    percentile bootstrap interval: (difference, low, high).
+
+    pos_a, pos_b: (n₊,) and neg_a, neg_b: (n₋,), entry i of a and of b scoring the same
+    input. Each resample draws the inputs once and scores both methods on them (a
+    paired bootstrap), so what the two share cancels. ``paired=True``: the i-th negative
+    belongs with the i-th positive (an input and its transformed copy, n₊ = n₋), and the
+    two are drawn together. The interval covers the resampled inputs only, not what
+    made the scores (training, Monte Carlo draws).
+    """
+    for p, n in ((pos_a, neg_a), (pos_b, neg_b)):
+        auroc(p, n)  # the same checks
+    if pos_a.shape != pos_b.shape or neg_a.shape != neg_b.shape:
+        raise ValueError(
+            "a and b must score the same inputs, got shapes "
+            f"{tuple(pos_a.shape)}, {tuple(neg_a.shape)} and {tuple(pos_b.shape)}, "
+            f"{tuple(neg_b.shape)}"
         )
-
-    cp, cn = counts(sp.numel()), counts(sn.numel())
-    values = ((cp @ W) * cn).sum(1) / (sp.numel() * sn.numel())
-    q = torch.tensor(
-        [(1 - level) / 2, (1 + level) / 2], dtype=torch.float64, device="cpu"
-    )
-    low, high = torch.quantile(values, q).tolist()
-    return low, high
+    if paired and pos_a.numel() != neg_a.numel():
+        raise ValueError(
+            f"paired=True needs as many positives as negatives, got {pos_a.numel()} "
+            f"and {neg_a.numel()}"
+        )
+    _check_bootstrap(n_boot, level)
+    D = _wins(pos_a, neg_a) - _wins(pos_b, neg_b)  # (n₊, n₋)
+    g = torch.Generator().manual_seed(seed)
+    cp = _draws(D.shape[0], n_boot, g)
+    cn = cp if paired else _draws(D.shape[1], n_boot, g)
+    low, high = _percentiles(((cp @ D) * cn).sum(1) / D.numel(), level)
+    return D.mean().item(), low, high
 
 
 def ood_auroc_interval(

@@ -198,11 +198,14 @@ def plot_reliability(
     label: str | None = None,
     color: str | None = None,
     counts_ax: Axes | None = None,
+    min_count: int = 0,
+    linestyle: str = "-",
 ) -> float:
     """Reliability diagram: accuracy against mean confidence in each non-empty bin of
     :func:`~laplace_from_scratch.helpers.metrics.calibration_curve`, as a line with
     markers, and the diagonal (perfect calibration) once per axes. probs: (N, C), y:
-    (N,). Returns the ECE, shown in the legend.
+    (N,). Returns the ECE, shown in the legend. Bins with fewer than ``min_count``
+    points get hollow markers: their accuracy rests on a handful of points.
 
     ``counts_ax``: an axes (typically a short one below ``ax``) where the number of
     points in each confidence bin is drawn as a step histogram on a log scale: bins with
@@ -218,7 +221,12 @@ def plot_reliability(
         ax.plot([0, 1], [0, 1], ls="--", c="0.5", lw=1, gid="reliability-diagonal")
     full = count > 0
     text = f"ECE {error:.3f}" if label is None else f"{label} (ECE {error:.3f})"
-    ax.plot(conf[full], acc[full], marker="o", ms=4, color=color, label=text)
+    (line,) = ax.plot(
+        conf[full], acc[full], marker="o", ms=4, color=color, ls=linestyle, label=text
+    )
+    thin = full & (count < min_count)
+    if thin.any():
+        ax.plot(conf[thin], acc[thin], "o", ms=4, color=line.get_color(), mfc="white")
     ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left", fontsize=8)
     if counts_ax is not None:

@@ -12,13 +12,16 @@ from torch import Tensor
 
 from .plotting import plot_reliability
 
-# each predictive's colour and line style, as notebook 00 names them
+# each predictive's colour and line style, as notebook 00 names them (MAP, MAP + T and
+# last-layer Laplace with MC in notebook 09's colours)
 STYLES: dict[str, tuple[str, str]] = {
     "MAP": ("C0", "-"),
-    "MAP + T": ("C3", ":"),
-    "Laplace, probit": ("C1", "-."),
-    "Laplace, MC": ("C2", "-"),
+    "MAP + T": ("C1", ":"),
+    "Laplace, probit": ("C5", "-."),
+    "Laplace, MC": ("C4", "-"),
 }
+# reliability bins with fewer digits than this get hollow markers
+MIN_COUNT = 20
 # the out-of-distribution sets drawn, and their panels' titles
 OOD_PANELS: tuple[tuple[str, str], ...] = (
     ("noise", "uniform noise"),
@@ -42,10 +45,11 @@ def confidence_figure(
     line style).
 
     Left: the reliability diagram on the test digits (accuracy against confidence in 15
-    bins), with the number of digits in each bin below it (log scale, labelled "digits
-    per bin"). Middle and right, one per entry ``(key, title)`` of ``panels``: the
-    fraction of those inputs whose confidence (largest class probability) is at least
-    c, against c; the grey curve is the test digits under ``reference``, for comparison.
+    bins; hollow markers: bins of fewer than ``MIN_COUNT`` digits), with the number of
+    digits in each bin below it (log scale, labelled "digits per bin"). Middle and
+    right, one per entry ``(key, title)`` of ``panels``: the fraction of those inputs
+    whose confidence (largest class probability) is at least c, against c; the grey
+    curve is the test digits under ``reference``, for comparison.
 
     probs: ``probs[name][key]`` the class probabilities (n, C) of predictive ``name`` on
     the inputs ``key``: ``"test"`` and each key of ``panels``. y_test: the test labels
@@ -65,11 +69,17 @@ def confidence_figure(
             label=name,
             color=color,
             counts_ax=ax["count"],
+            min_count=MIN_COUNT,
+            linestyle=ls,
         )
-        ax["rel"].lines[-1].set_linestyle(ls)
     ax["rel"].get_legend().remove()
     ax["rel"].text(
-        0.98, 0.03, "dashed: perfect calibration", color="0.4", fontsize=8, ha="right"
+        0.98,
+        0.03,
+        f"dashed: perfect calibration\nhollow: fewer than {MIN_COUNT} digits",
+        color="0.4",
+        fontsize=8,
+        ha="right",
     )
     ax["rel"].set(
         title="test digits: reliability", xlim=(0.2, 1), ylim=(0, 1), xlabel=""
