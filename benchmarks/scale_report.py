@@ -420,7 +420,7 @@ def ratio_table(dev: dict) -> pd.DataFrame:
         for k, v in dev["ratio"].items()
     }
     table = pd.DataFrame(cols)
-    return table.apply(lambda c: c.map(lambda x: "–" if x != x else f"{x:.2g}"))
+    return table.apply(lambda c: c.map(lambda x: "–" if x != x else f"{x:.3g}"))
 
 
 def predict_bench(paths: list[Path]) -> tuple[float, float, int]:
