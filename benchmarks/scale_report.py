@@ -296,29 +296,36 @@ RATIO_NAMES = {
 
 def ratio_figure(dev: dict) -> None:
     """Ours ÷ laplace-torch's fastest backend (:func:`ratio_table`) against the number
-    of weights the posterior covers: one panel each for fit, predict and peak memory,
-    one colour per structure, one marker per network; below the line at 1 ours is
-    faster or lighter."""
+    of weights the posterior covers: one panel each for fit, predict, warm δ tuning and
+    peak memory, one colour per structure, one marker per network; below the line at 1
+    ours is faster or lighter. In the time panels the dashed line is ``SLOWER`` and a
+    hollow marker a row the verdict leaves out (ours under ``TIME_FLOOR_S``)."""
     P = {
         (r["model"], r["structure"]): scale.posterior_P(r)
         for r in dev["rows"]
         if r["impl"] == "ours"
     }
-    keys = ("fit_s", "predict_s", "peak_bytes")
+    keys = ("fit_s", "predict_s", "tune_s", "peak_bytes")
     shown = {k for key in keys for k in dev["ratio"][key]}  # rows with both sides
     structures = sorted({s for _, s in shown})
     models = sorted({m for m, _ in shown})
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), sharey=True, layout="constrained")
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3.4), sharey=True, layout="constrained")
     for ax, key in zip(axes, keys, strict=True):
         for (model, s), v in dev["ratio"][key].items():
+            color = f"C{structures.index(s)}"
+            ours = dev["pairs"][key][model, s][0]
+            floor = key != "peak_bytes" and ours < TIME_FLOOR_S
             ax.scatter(
                 P[model, s],
                 v,
-                color=f"C{structures.index(s)}",
+                edgecolors=color,
+                facecolors="none" if floor else color,
                 marker="osD^v"[models.index(model) % 5],
                 s=36,
             )
         ax.axhline(1, color="k", lw=0.8)
+        if key != "peak_bytes":
+            ax.axhline(SLOWER, color="k", lw=0.8, ls="--")
         ax.set(
             xscale="log", yscale="log", title=RATIO_NAMES[key], xlabel="P (posterior)"
         )
@@ -333,7 +340,10 @@ def ratio_figure(dev: dict) -> None:
     ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8)
     m = dev["recs"][-1]["meta"]
-    fig.suptitle(f"{m['device_name']}: below 1, ours is faster or lighter")
+    fig.suptitle(
+        f"{m['device_name']}: below 1, ours is faster or lighter; dashed: {SLOWER:g}×; "
+        f"hollow: ours under {TIME_FLOOR_S:g} s, not counted"
+    )
     plt.show()
 
 

@@ -133,3 +133,28 @@ def test_the_table_shows_delta_tuning_times_and_marks_cold_ones():
     assert cols.index("predict s") + 1 == cols.index("δ tuning s")
     h100 = report.read([ROOT / "results" / "scale_2026-11-24_cuda-nvidia-h100-80gb-hbm3.json"])
     assert any(v.endswith(" cold") for v in h100["table"]["δ tuning s"])
+
+
+def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeypatch):
+    """Four panels (fit, predict, δ tuning, memory); in the time panels a dashed line at
+    SLOWER and hollow markers for rows ours timed under TIME_FLOOR_S, which the verdict
+    leaves out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "show", lambda: None)
+    dev = report.read([ROOT / "results" / "scale_2026-11-28_cpu.json"])
+    report.ratio_figure(dev)
+    fig = plt.gcf()
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    keys = ("fit_s", "predict_s", "tune_s", "peak_bytes")
+    assert [ax.get_title() for ax in axes] == [report.RATIO_NAMES[k] for k in keys]
+    for ax, key in zip(axes[:3], ("fit_s", "predict_s", "tune_s"), strict=True):
+        faces = [c.get_facecolors() for c in ax.collections]
+        hollow = sum(f.size == 0 or f[0][3] == 0 for f in faces)
+        under = sum(ours < report.TIME_FLOOR_S for ours, _ in dev["pairs"][key].values())
+        assert hollow == under
+        assert any(line.get_linestyle() == "--" for line in ax.lines)
+    plt.close(fig)
