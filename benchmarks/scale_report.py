@@ -262,8 +262,9 @@ def show(dev: dict) -> None:
         "ours / laplace-torch's best backend that finished (fastest; smallest peak). "
         "Δ: the largest difference over the backends that compute our approximation "
         "(matrix-free: to our full, in standard errors of its SLQ estimate). δ tuning: "
-        "100 Adam steps on the evidence (blank: not tuned at this P; cold: the "
-        "record's tuning was not warmed up)."
+        "100 Adam steps on the evidence (blank: full or last-layer full in a network "
+        "over --tune-max-p parameters, not tuned; cold: the record's tuning was not "
+        "warmed up)."
         + (" †: our replaced Jacobian route." if "†" in str(dev["table"]) else "")
     )
     for r in dev["failed_default"]:
