@@ -495,6 +495,10 @@ def profiles(path: Path) -> list[dict]:
     tables = path.with_suffix(".txt").read_text().split("\n## ")
     settings = rec["meta"]["settings"]
     batches = settings["n_train"] // settings["batch_size"]
+    print(
+        f"profiled: {scale.model_label(settings['model'], settings['data'])}, "
+        f"N = {settings['n_train']:,} in {batches} batches"
+    )
     rows = []
     for r, table in zip(rec["rows"], tables, strict=True):
         gpu_ms = float(re.search(r"Self CUDA time total: ([\d.]+)ms", table)[1])

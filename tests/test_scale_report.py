@@ -85,7 +85,9 @@ def test_verdict_counts_the_cpu_record():
 def test_profiles_read_the_tables_beside_the_record(capsys):
     path = ROOT / "results" / "profile_fit_2026-11-28_cuda-nvidia-h200.json"
     rows = report.profiles(path)
-    assert len(capsys.readouterr().out.splitlines()) == len(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "profiled: MLP 784-1000-1000-10, N = 4,000 in 40 batches"
+    assert len(out) == 1 + len(rows)  # the model, then one line per fit
     for r in rows:
         assert 0 < r["gpu_s"] < r["fit_s"]  # host-bound: kernels fill part of the fit
         assert r["eigh"] >= 0 and r["syncs_per_batch"] > 0
