@@ -257,16 +257,20 @@ def show(dev: dict) -> None:
             for k, v in models.items()
         )
     )
-    print("\n" + dev["table"].to_string() + "\n")
+    record = "record: the results file a row comes from. "
+    print()
     say(
-        "ours / laplace-torch's best backend that finished (fastest; smallest peak). "
-        "Δ: the largest difference over the backends that compute our approximation "
+        "How to read the table: each cell is ours / laplace-torch's best backend that "
+        "finished (fastest; smallest peak). "
+        + (record if "record" in dev["table"].columns else "")
+        + "Δ: the largest difference over the backends that compute our approximation "
         "(matrix-free: to our full, in standard errors of its SLQ estimate). δ tuning: "
         "100 Adam steps on the evidence (blank: full or last-layer full in a network "
         "over --tune-max-p parameters, not tuned; cold: the record's tuning was not "
         "warmed up)."
         + (" †: our replaced Jacobian route." if "†" in str(dev["table"]) else "")
     )
+    print("\n" + dev["table"].to_string() + "\n")
     for r in dev["failed_default"]:
         say(
             f"laplace-torch's default backend (curvlinops) failed: "
