@@ -140,7 +140,7 @@ def test_the_table_shows_delta_tuning_times_and_marks_cold_ones():
 def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeypatch):
     """Four panels (fit, predict, δ tuning, memory); in the time panels a dashed line at
     SLOWER and hollow markers for rows ours timed under TIME_FLOOR_S, which the verdict
-    leaves out."""
+    leaves out; in the memory panel hollow markers for peaks counted as the same."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,4 +159,9 @@ def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeyp
         under = sum(ours < report.TIME_FLOOR_S for ours, _ in dev["pairs"][key].values())
         assert hollow == under
         assert any(line.get_linestyle() == "--" for line in ax.lines)
+    # the memory panel: hollow where the peaks count as the same, a dashed band
+    faces = [c.get_facecolors() for c in axes[3].collections]
+    hollow = sum(f.size == 0 or f[0][3] == 0 for f in faces)
+    assert hollow == len(report.memory(dev)["equal"]) > 0
+    assert sum(line.get_linestyle() == "--" for line in axes[3].lines) == 2
     plt.close(fig)
