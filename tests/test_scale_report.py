@@ -165,3 +165,14 @@ def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeyp
     assert hollow == len(report.memory(dev)["equal"]) > 0
     assert sum(line.get_linestyle() == "--" for line in axes[3].lines) == 2
     plt.close(fig)
+
+
+def test_ours_is_timed_against_backends_that_compute_our_approximation():
+    """BackPACK's KFAC of a CNN is another approximation (notebook 08's parity matrix):
+    the yardstick for ours is the fastest and smallest of the backends that compute ours."""
+    dev = report.read([ROOT / "results" / "scale_2026-11-28_cpu.json"])
+    cell = dev["cells"][("cnn:8:16", "kron")]
+    same = [r for r in cell if r["impl"] not in ("ours", "backpack") and "error" not in r]
+    assert same and any(r["impl"] == "backpack" and "error" not in r for r in cell)
+    for key in ("fit_s", "predict_s", "peak_bytes"):
+        assert dev["pairs"][key][("cnn:8:16", "kron")][1] == min(r[key] for r in same)
