@@ -69,19 +69,25 @@ def failure(r: dict) -> str:
     return kind + (f", asked {int(asked[1]) / 2**30:.1f} GiB" if asked else "")
 
 
-def best(cell: list[dict], key: str) -> float | None:
-    """laplace-torch's smallest ``key`` over its backends that finished and compute our
-    approximation (:func:`same_approximation`): a faster answer to another question is
-    no yardstick."""
+def best_row(cell: list[dict], key: str) -> dict | None:
+    """laplace-torch's row with the smallest ``key`` over its backends that finished and
+    compute our approximation (:func:`same_approximation`): a faster answer to another
+    question is no yardstick."""
     done = [
-        r[key]
+        r
         for r in cell
         if r["impl"] != "ours"
         and "error" not in r
         and r.get(key)
         and same_approximation(r)
     ]
-    return min(done, default=None)
+    return min(done, key=lambda r: r[key], default=None)
+
+
+def best(cell: list[dict], key: str) -> float | None:
+    """laplace-torch's smallest ``key`` (:func:`best_row`)."""
+    r = best_row(cell, key)
+    return None if r is None else r[key]
 
 
 def plain(model: str, structure: str, data: str = "mnist") -> str:
@@ -329,11 +335,10 @@ def ratio_figure(dev: dict) -> None:
     for ax, key in zip(axes, keys, strict=True):
         for (model, s), v in dev["ratio"][key].items():
             color = f"C{structures.index(s)}"
-            ours = dev["pairs"][key][model, s][0]
             if key == "peak_bytes":
                 floor = (model, s) in same_peak
             else:
-                floor = ours < TIME_FLOOR_S
+                floor = dev["pairs"][key][model, s][0] < TIME_FLOOR_S  # ours' time
             ax.scatter(
                 P[model, s],
                 v,
