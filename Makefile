@@ -19,10 +19,10 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 
 PY := $(VENV)/bin/python
-# --no-compile: a module is byte-compiled when something first imports it, not all of
-# torch and JupyterLab at install (about 30 s of CI's install step)
 PIP := $(PY) -m pip
-PIP_INSTALL := $(PIP) install --quiet --no-compile
+# byte-compiled at install (no --no-compile): where PYTHONDONTWRITEBYTECODE is set, as in CI,
+# nothing compiled later is kept, and every process would compile what it imports again
+PIP_INSTALL := $(PIP) install --quiet
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # Notebook outputs are committed and nbval compares them digit for digit, so every machine must compute the
