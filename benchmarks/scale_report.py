@@ -24,6 +24,7 @@ import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import pandas as pd
 
 import scale
@@ -314,13 +315,13 @@ RATIO_NAMES = {
 
 
 def ratio_figure(dev: dict) -> None:
-    """Ours ÷ laplace-torch's fastest backend (:func:`ratio_table`) against the number
-    of weights the posterior covers: one panel each for fit, predict, warm δ tuning and
-    peak memory, one colour per structure, one marker per network; below the line at 1
-    ours is faster or lighter. A hollow marker is a row the verdict does not count:
-    in the time panels ours under ``TIME_FLOOR_S`` (the dashed line is ``SLOWER``), in
-    the memory panel a peak counted as the same (:func:`memory`; dashed: the band
-    ``MEMORY_BAND``)."""
+    """Ours ÷ laplace-torch's fastest backend (:func:`ratio_table`), one dot per row
+    (network and structure, labelled with the number of weights its posterior covers):
+    one panel each for fit, predict, warm δ tuning and peak memory; left of the line at
+    1 ours is faster or lighter. Red: a row the verdict counts as slower or heavier.
+    Hollow: a row it does not count, in the time panels ours under ``TIME_FLOOR_S`` (the
+    dashed line is ``SLOWER``), in the memory panel a peak counted as the same
+    (:func:`memory`; dashed: the band ``MEMORY_BAND``)."""
     P = {
         (r["model"], r["structure"]): scale.posterior_P(r)
         for r in dev["rows"]
@@ -328,46 +329,58 @@ def ratio_figure(dev: dict) -> None:
     }
     keys = ("fit_s", "predict_s", "tune_s", "peak_bytes")
     shown = {k for key in keys for k in dev["ratio"][key]}  # rows with both sides
-    structures = sorted({s for _, s in shown})
-    models = sorted({m for m, _ in shown})
-    same_peak = set(memory(dev)["equal"])
-    fig, axes = plt.subplots(1, 4, figsize=(12, 3.4), sharey=True, layout="constrained")
+    models = list(dict.fromkeys(m for m, _ in sorted(shown, key=lambda k: P[k])))
+    rows = sorted(shown, key=lambda k: (models.index(k[0]), P[k], k[1]))
+    mem = memory(dev)
+    fig, axes = plt.subplots(
+        1,
+        4,
+        figsize=(12, 1.5 + 0.24 * len(rows)),
+        sharex=True,
+        sharey=True,
+        layout="constrained",
+    )
+    values = [v for key in keys for v in dev["ratio"][key].values()]
     for ax, key in zip(axes, keys, strict=True):
-        for (model, s), v in dev["ratio"][key].items():
-            color = f"C{structures.index(s)}"
-            if key == "peak_bytes":
-                floor = (model, s) in same_peak
-            else:
-                floor = dev["pairs"][key][model, s][0] < TIME_FLOOR_S  # ours' time
+        if key == "peak_bytes":
+            hollow, red = set(mem["equal"]), set(mem["higher"])
+        else:
+            pairs = dev["pairs"][key]
+            hollow = {k for k, (ours, _) in pairs.items() if ours < TIME_FLOOR_S}
+            red = set(slower(dev, key)[0])
+        for i, k in enumerate(rows):
+            if k not in dev["ratio"][key]:
+                continue
+            color = "C3" if k in red else "k"
             ax.scatter(
-                P[model, s],
-                v,
+                dev["ratio"][key][k],
+                i,
                 edgecolors=color,
-                facecolors="none" if floor else color,
-                marker="osD^v"[models.index(model) % 5],
-                s=36,
+                facecolors="none" if k in hollow else color,
+                s=30,
+                zorder=3,
             )
-        ax.axhline(1, color="k", lw=0.8)
+        ax.axvline(1, color="k", lw=0.8)
         band = (MEMORY_BAND, 1 / MEMORY_BAND) if key == "peak_bytes" else (SLOWER,)
         for level in band:
-            ax.axhline(level, color="k", lw=0.8, ls="--")
-        ax.set(
-            xscale="log", yscale="log", title=RATIO_NAMES[key], xlabel="P (posterior)"
-        )
-    axes[0].set_ylabel("ours ÷ laplace-torch's fastest")
-    names = [scale.STRUCTURE_NAMES[s] for s in structures]
-    handles = [
-        plt.Line2D([], [], color=f"C{i}", marker="o", ls="", label=name)
-        for i, name in enumerate(names)
-    ] + [
-        plt.Line2D([], [], color="0.4", marker="osD^v"[i % 5], ls="", label=net)
-        for i, net in enumerate(scale.model_label(m, "mnist") for m in models)
-    ]
-    fig.legend(handles=handles, loc="outside right center", fontsize=8)
+            ax.axvline(level, color="k", lw=0.8, ls="--")
+        for i in range(1, len(rows)):  # a rule between two networks
+            if rows[i][0] != rows[i - 1][0]:
+                ax.axhline(i - 0.5, color="0.8", lw=0.8)
+        ax.grid(axis="y", color="0.93")
+        ax.set(xscale="log", title=RATIO_NAMES[key])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes[0].set_xlim(min(values) / 1.6, max(values) * 1.6)
+    labels = [f"{plain(*k)} (P = {P[k]:,})" for k in rows]
+    axes[0].set_yticks(range(len(rows)), labels, fontsize=8)
+    axes[0].set_ylim(len(rows) - 0.5, -0.5)
+    fig.supxlabel("ours ÷ laplace-torch's fastest computing our approximation (log)")
     m = dev["recs"][-1]["meta"]
     fig.suptitle(
-        f"{m['device_name']}: below 1, ours is faster or lighter; dashed: {SLOWER:g}×; "
-        f"hollow: not counted (ours under {TIME_FLOOR_S:g} s; memory: the same peak)"
+        f"{m['device_name']}: left of the solid line, ours is faster or lighter\n"
+        f"red: counted slower or heavier; hollow: not counted (ours under "
+        f"{TIME_FLOOR_S:g} s; memory: the same peak); dashed: the rules' bounds",
+        fontsize=10,
     )
     plt.show()
 

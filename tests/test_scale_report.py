@@ -138,13 +138,16 @@ def test_the_table_shows_delta_tuning_times_and_marks_cold_ones():
 
 
 def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeypatch):
-    """Four panels (fit, predict, δ tuning, memory); in the time panels a dashed line at
-    SLOWER and hollow markers for rows ours timed under TIME_FLOOR_S, which the verdict
-    leaves out; in the memory panel hollow markers for peaks counted as the same."""
+    """Four panels (fit, predict, δ tuning, memory), one labelled row per network and
+    structure (its posterior's P in the label); in the time panels a dashed line at SLOWER,
+    red markers for the rows the verdict counts as slower and hollow ones for rows ours
+    timed under TIME_FLOOR_S, which it leaves out; in the memory panel hollow markers for
+    peaks counted as the same."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
 
     monkeypatch.setattr(plt, "show", lambda: None)
     dev = report.read([ROOT / "results" / "scale_2026-11-28_cpu.json"])
@@ -153,16 +156,27 @@ def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeyp
     axes = [ax for ax in fig.axes if ax.get_title()]
     keys = ("fit_s", "predict_s", "tune_s", "peak_bytes")
     assert [ax.get_title() for ax in axes] == [report.RATIO_NAMES[k] for k in keys]
-    for ax, key in zip(axes[:3], ("fit_s", "predict_s", "tune_s"), strict=True):
+    labels = [t.get_text() for t in axes[0].get_yticklabels()]
+    shown = {k for key in keys for k in dev["ratio"][key]}
+    assert len(labels) == len(set(labels)) == len(shown)
+    assert "MLP 784-12-10, last-layer KFAC (P = 130)" in labels  # a last layer at its own P
+
+    def markers(ax) -> tuple[int, int]:
+        """(hollow, red) markers of a panel."""
         faces = [c.get_facecolors() for c in ax.collections]
+        edges = [tuple(c.get_edgecolors()[0]) for c in ax.collections]
         hollow = sum(f.size == 0 or f[0][3] == 0 for f in faces)
+        return hollow, sum(e == to_rgba("C3") for e in edges)
+
+    for ax, key in zip(axes[:3], ("fit_s", "predict_s", "tune_s"), strict=True):
+        assert len(ax.collections) == len(dev["ratio"][key])
         under = sum(ours < report.TIME_FLOOR_S for ours, _ in dev["pairs"][key].values())
-        assert hollow == under
+        assert markers(ax) == (under, len(report.slower(dev, key)[0]))
         assert any(line.get_linestyle() == "--" for line in ax.lines)
+    assert markers(axes[2])[1] > 0  # the CPU record's slower δ tunings are red
     # the memory panel: hollow where the peaks count as the same, a dashed band
-    faces = [c.get_facecolors() for c in axes[3].collections]
-    hollow = sum(f.size == 0 or f[0][3] == 0 for f in faces)
-    assert hollow == len(report.memory(dev)["equal"]) > 0
+    mem = report.memory(dev)
+    assert markers(axes[3]) == (len(mem["equal"]), len(mem["higher"])) and mem["equal"]
     assert sum(line.get_linestyle() == "--" for line in axes[3].lines) == 2
     plt.close(fig)
 
