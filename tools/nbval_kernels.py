@@ -23,6 +23,8 @@ from pathlib import Path
 import nbval.kernel
 import pytest
 
+from tools import nbval_cpu  # the module -p tools.nbval_cpu loaded
+
 LOCK = Path(tempfile.gettempdir()) / f"nbval-kernel-start-{os.getuid()}.lock"
 _start = nbval.kernel.start_new_kernel
 
@@ -43,15 +45,11 @@ nbval.kernel.start_new_kernel = start_new_kernel  # RunningKernel looks it up at
 def pytest_sessionfinish(session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: hand the masked notebooks to the controller
-        from tools.nbval_cpu import masked
-
-        workeroutput["nbval_masked"] = list(masked)
+        workeroutput["nbval_masked"] = list(nbval_cpu.masked)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
-    from tools.nbval_cpu import masked
-
     # every worker collects every notebook, so each reports the same names
     new = getattr(node, "workeroutput", {}).get("nbval_masked", [])
-    masked.extend(name for name in new if name not in masked)
+    nbval_cpu.masked.extend(name for name in new if name not in nbval_cpu.masked)
