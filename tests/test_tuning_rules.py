@@ -1,4 +1,4 @@
-"""Notebook 05's two inline tuning rules equal the module's on a small case.
+"""Notebook 05b's two inline tuning rules equal the module's on a small case.
 
 The validation grid search, scored on the eigen route, picks the δ and gives the
 validation NLL that ``Laplace.optimize_prior_precision(method="gridsearch")`` and the
@@ -42,7 +42,7 @@ def test_inline_grid_search_equals_the_modules():
     with torch.no_grad():
         f_mu = la.weights.f(la.mean, val.X_train)
 
-    def val_nll(delta):  # as in notebook 05
+    def val_nll(delta):  # as in notebook 05b
         var = eig.functional_variance(J, delta, 1 / sigma**2)[:, 0, 0] + sigma**2
         normal = torch.distributions.Normal(f_mu, var.sqrt()[:, None])
         return -normal.log_prob(val.y_train).mean()
@@ -72,7 +72,7 @@ def test_layerwise_evidence_by_the_lemma_equals_the_modules():
     eig = la.structure.eigen
     sizes, theta = torch.tensor(la.param_sizes), la.mean.detach()
 
-    def log_evidence_layerwise(delta_l):  # as in notebook 05
+    def log_evidence_layerwise(delta_l):  # as in notebook 05b
         p0 = delta_l.repeat_interleave(sizes)
         B = eig.eigvecs * eig.eigvals.sqrt() / sigma
         small = torch.eye(B.shape[1]) + B.T @ (B / p0[:, None])

@@ -26,7 +26,7 @@ MAIN = [
     (1 * S, 3.0, "02", "curvature", "Jacobians J, the GGN\nH = Σ Jᵀ Λ J"),
     (2 * S, 3.0, "03", "posterior", "N(θ*, Σ), Σ⁻¹ = H/σ² + δI,\nand samples"),
     (3 * S, 3.0, "04", "predictive", "linearised (GLM):\nf(x; θ*), J Σ Jᵀ"),
-    (4 * S, 3.0, "05", "evidence", "tune δ and σ;\ncompare models"),
+    (4 * S, 3.0, "05, 05b", "evidence", "tune δ and σ;\ncompare models"),
 ]
 SIDE = [  # (x, y, ...): below the piece each extends, but 00
     (0 * S, 1.55, "00", "quick start", "the four calls on a\ntrained network"),
