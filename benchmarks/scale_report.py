@@ -321,7 +321,8 @@ def ratio_figure(dev: dict) -> None:
     1 ours is faster or lighter. Red: a row the verdict counts as slower or heavier.
     Hollow: a row it does not count, in the time panels ours under ``TIME_FLOOR_S`` (the
     dashed line is ``SLOWER``), in the memory panel a peak counted as the same
-    (:func:`memory`; dashed: the band ``MEMORY_BAND``)."""
+    (:func:`memory`; dashed: the band ``MEMORY_BAND``). Beside each dot, in grey, ours'
+    own time (s) or peak (GiB), so that a ratio can be read against what it costs."""
     P = {
         (r["model"], r["structure"]): scale.posterior_P(r)
         for r in dev["rows"]
@@ -360,6 +361,18 @@ def ratio_figure(dev: dict) -> None:
                 s=30,
                 zorder=3,
             )
+            ours = dev["pairs"][key][k][0]  # ours' own value, beside its dot
+            ax.annotate(
+                f"{ours / 2**30:.2g} GiB" if key == "peak_bytes" else f"{ours:.2g} s",
+                (dev["ratio"][key][k], i),
+                xytext=(5, 0),
+                textcoords="offset points",
+                fontsize=6.5,
+                color="0.3",
+                va="center",
+                bbox={"fc": "white", "ec": "none", "pad": 0.2, "alpha": 0.85},
+                zorder=4,
+            )
         ax.axvline(1, color="k", lw=0.8)
         band = (MEMORY_BAND, 1 / MEMORY_BAND) if key == "peak_bytes" else (SLOWER,)
         for level in band:
@@ -370,7 +383,7 @@ def ratio_figure(dev: dict) -> None:
         ax.grid(axis="y", color="0.93")
         ax.set(xscale="log", title=RATIO_NAMES[key])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    axes[0].set_xlim(min(values) / 1.6, max(values) * 1.6)
+    axes[0].set_xlim(min(values) / 1.6, max(values) * 6)  # room for the labels
     labels = [f"{plain(*k)} (P = {P[k]:,})" for k in rows]
     axes[0].set_yticks(range(len(rows)), labels, fontsize=8)
     axes[0].set_ylim(len(rows) - 0.5, -0.5)
@@ -379,7 +392,8 @@ def ratio_figure(dev: dict) -> None:
     fig.suptitle(
         f"{m['device_name']}: left of the solid line, ours is faster or lighter\n"
         f"red: counted slower or heavier; hollow: not counted (ours under "
-        f"{TIME_FLOOR_S:g} s; memory: the same peak); dashed: the rules' bounds",
+        f"{TIME_FLOOR_S:g} s; memory: the same peak); dashed: the rules' bounds; "
+        "grey: ours' own time or peak",
         fontsize=10,
     )
     plt.show()
