@@ -93,7 +93,8 @@ def draw(path: Path) -> None:
     ax.text(
         3 * S, 0.1 + H / 2,
         "appendices: A1 full Laplace at the memory limit,\n"
-        "A2 time and memory as P grows, A3 where ReLU units switch",
+        "A2 time and memory as P grows, A3 where ReLU units switch,\n"
+        "A4 online marginal likelihood over seeds",
         ha="left", va="center", fontsize=8.2, color="0.3",
     )  # fmt: skip
     ax.set(xlim=(-1.6, 4 * S + W + 0.2), ylim=(-0.15, 4.55))
