@@ -8,6 +8,8 @@ from conftest import mlp
 
 from laplace_from_scratch import flatten_params
 from laplace_from_scratch.helpers import (
+    converge_to_mode,
+    gradient_ratio,
     map_objective,
     mean_objective,
     minimize,
@@ -160,3 +162,36 @@ def test_train_minibatch_is_repeatable_and_shuffles_by_seed():
         runs.append(flatten_params(model))
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
     assert (runs[0] - runs[2]).abs().max() > 1e-6
+
+
+def test_gradient_ratio_is_zero_at_the_ridge_map_and_one_without_data():
+    """At the closed-form ridge MAP the objective's gradient vanishes (ratio ~ 0); with a
+    huge prior at θ = θ_ridge the prior term dominates (ratio far from 0)."""
+    X, y = _regression()
+    sigma, delta = 0.4, 2.0
+    Phi = torch.cat([X, torch.ones_like(X)], 1)
+    theta = torch.linalg.solve(
+        Phi.T @ Phi / sigma**2 + delta * torch.eye(2, dtype=X.dtype), Phi.T @ y / sigma**2
+    )
+    model = torch.nn.Linear(1, 1).double()
+    with torch.no_grad():
+        model.weight.copy_(theta[:1].reshape(1, 1))
+        model.bias.copy_(theta[1:].reshape(1))
+    at_map = gradient_ratio(model, X, y, "regression", sigma, delta)
+    assert at_map < 1e-8, at_map
+    off = gradient_ratio(model, X, y, "regression", sigma, 1e6 * delta)
+    assert off > 1.0, off
+
+
+def test_converge_to_mode_stops_when_a_run_no_longer_lowers_the_objective():
+    """Logistic regression with a prior is strictly convex: the runs end early at the
+    mode (ratio ~ 0), the objective never rises, and the history has one entry per run
+    plus the start."""
+    X, y = _classification()
+    model = torch.nn.Linear(2, 2).double()
+    seen = converge_to_mode(model, X, y, "classification", prior_precision=0.5, runs=5, steps=50)
+    assert 2 <= len(seen) <= 6
+    assert all(b <= a + 1e-12 * abs(a) for a, b in zip(seen, seen[1:], strict=False))
+    assert len(seen) < 6 or (seen[-2] - seen[-1]) / abs(seen[-2]) < 1e-9
+    ratio = gradient_ratio(model, X, y, "classification", prior_precision=0.5)
+    assert ratio < 1e-5, ratio

@@ -32,7 +32,7 @@ SIDE = [  # (x, y, ...): below the piece each extends, but 00
     (0 * S, 1.55, "00", "quick start", "the four calls on a\ntrained network"),
     (1 * S, 1.55, "07", "scaling up", "diagonal, KFAC,\nlast layer, subnetwork"),
     (2 * S, 1.55, "07a", "matrix-free", "CG, Lanczos, SLQ;\nthe GP view"),
-    (3 * S, 1.55, "06", "classification", "probit, Monte Carlo,\nthe Laplace bridge"),
+    (3 * S, 1.55, "06, 06b", "classification", "probit, Monte Carlo,\nthe Laplace bridge"),
     (4 * S, 1.55, "07b", "prior in training", "online marginal\nlikelihood"),
 ]
 CHECK = [

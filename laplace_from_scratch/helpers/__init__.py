@@ -55,7 +55,9 @@ from .metrics import (
 from .models import PinnedZeroLogit, cnn, mlp
 from .shift import fgsm, invert, noise_images, rotate
 from .training import (
+    converge_to_mode,
     fit_map,
+    gradient_ratio,
     map_objective,
     mean_objective,
     minimize,
@@ -95,7 +97,9 @@ __all__ = [
     "cnn",
     "mlp",
     # training.py
+    "converge_to_mode",
     "fit_map",
+    "gradient_ratio",
     "map_objective",
     "mean_objective",
     "minimize",

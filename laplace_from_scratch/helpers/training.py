@@ -200,6 +200,57 @@ def fit_map(
     return model
 
 
+def gradient_ratio(
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    likelihood: str = "regression",
+    sigma_noise: float = 1.0,
+    prior_precision: float = 1.0,
+) -> float:
+    """‖∇θ of :func:`map_objective`‖ / ‖∇θ of its data term‖ at the model's weights.
+
+    0 at a mode of the objective, about 1 where the prior's pull is unbalanced
+    (notebook 05b, which builds it; at a ReLU kink autograd's gradient stays non-zero).
+    X: (N, ...) inputs, y: (N, ...) targets."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def norm(objective: Tensor) -> Tensor:
+        grads = torch.autograd.grad(objective, params)
+        return torch.cat([g.ravel() for g in grads]).norm()
+
+    data_term = get_likelihood(likelihood, sigma_noise).nll(model(X), y)
+    objective = map_objective(model, X, y, likelihood, sigma_noise, prior_precision)
+    return (norm(objective) / norm(data_term)).item()
+
+
+def converge_to_mode(
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    likelihood: str = "regression",
+    sigma_noise: float = 1.0,
+    prior_precision: float = 1.0,
+    runs: int = 8,
+    steps: int = 1500,
+    rtol: float = 1e-9,
+) -> list[float]:
+    """More runs of ``steps`` L-BFGS iterations on :func:`map_objective`, until one
+    lowers it by less than ``rtol`` of itself (notebook 05b's test of a mode) or
+    ``runs`` are done. Trains ``model`` in place; returns the objective before each
+    run and after the last (length: runs made + 1)."""
+    args = (model, X, y, likelihood, sigma_noise, prior_precision)
+    with torch.no_grad():
+        seen = [map_objective(*args).item()]
+    for _ in range(runs):
+        train_map(*args, n_steps=steps, lr=1.0, optimizer="lbfgs")
+        with torch.no_grad():
+            seen.append(map_objective(*args).item())
+        if (seen[-2] - seen[-1]) / abs(seen[-2]) < rtol:
+            break
+    return seen
+
+
 def train_minibatch(
     model: nn.Module,
     X: Tensor,
