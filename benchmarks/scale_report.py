@@ -26,6 +26,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import pandas as pd
+from matplotlib.lines import Line2D
 
 import scale
 
@@ -381,21 +382,36 @@ def ratio_figure(dev: dict) -> None:
             if rows[i][0] != rows[i - 1][0]:
                 ax.axhline(i - 0.5, color="0.8", lw=0.8)
         ax.grid(axis="y", color="0.93")
-        ax.set(xscale="log", title=RATIO_NAMES[key])
+        ax.set(
+            xscale="log", title=RATIO_NAMES[key], xlabel="ours ÷ laplace-torch (log)"
+        )
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].set_xlim(min(values) / 1.6, max(values) * 6)  # room for the labels
     labels = [f"{plain(*k)} (P = {P[k]:,})" for k in rows]
     axes[0].set_yticks(range(len(rows)), labels, fontsize=8)
     axes[0].set_ylim(len(rows) - 0.5, -0.5)
-    fig.supxlabel("ours ÷ laplace-torch's fastest computing our approximation (log)")
     m = dev["recs"][-1]["meta"]
     fig.suptitle(
-        f"{m['device_name']}: left of the solid line, ours is faster or lighter\n"
-        f"red: counted slower or heavier; hollow: not counted (ours under "
-        f"{TIME_FLOOR_S:g} s; memory: the same peak); dashed: the rules' bounds; "
-        "grey: ours' own time or peak",
+        f"{m['device_name']}, ours ÷ laplace-torch's fastest backend computing our "
+        "approximation: left of the solid line, ours is faster or lighter; grey: ours' "
+        "own time or peak",
         fontsize=10,
     )
+    dot = {"marker": "o", "ls": "none", "ms": 6}
+    key_handles = [
+        Line2D([], [], color="k", **dot, label="within the rules"),
+        Line2D([], [], color="C3", **dot, label="counted slower or heavier"),
+        Line2D(
+            [],
+            [],
+            color="k",
+            mfc="none",
+            **dot,
+            label=f"not counted (ours under {TIME_FLOOR_S:g} s; memory: the same peak)",
+        ),
+        Line2D([], [], color="k", lw=0.8, ls="--", label="the rules' bounds"),
+    ]
+    fig.legend(handles=key_handles, loc="outside lower center", ncols=4, fontsize=8)
     plt.show()
 
 
