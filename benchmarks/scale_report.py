@@ -337,7 +337,7 @@ def ratio_figure(dev: dict) -> None:
     fig, axes = plt.subplots(
         1,
         4,
-        figsize=(12, 1.5 + 0.24 * len(rows)),
+        figsize=(13, 1.9 + 0.3 * len(rows)),
         sharex=True,
         sharey=True,
         layout="constrained",
@@ -368,7 +368,7 @@ def ratio_figure(dev: dict) -> None:
                 (dev["ratio"][key][k], i),
                 xytext=(5, 0),
                 textcoords="offset points",
-                fontsize=6.5,
+                fontsize=7.5,
                 color="0.3",
                 va="center",
                 bbox={"fc": "white", "ec": "none", "pad": 0.2, "alpha": 0.85},
@@ -388,13 +388,12 @@ def ratio_figure(dev: dict) -> None:
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].set_xlim(min(values) / 1.6, max(values) * 6)  # room for the labels
     labels = [f"{plain(*k)} (P = {P[k]:,})" for k in rows]
-    axes[0].set_yticks(range(len(rows)), labels, fontsize=8)
+    axes[0].set_yticks(range(len(rows)), labels, fontsize=9)
     axes[0].set_ylim(len(rows) - 0.5, -0.5)
     m = dev["recs"][-1]["meta"]
     fig.suptitle(
-        f"{m['device_name']}, ours ÷ laplace-torch's fastest backend computing our "
-        "approximation: left of the solid line, ours is faster or lighter; grey: ours' "
-        "own time or peak",
+        f"{m['device_name']}: left of the solid line, ours is faster or lighter "
+        "(grey: ours' own time or peak)",
         fontsize=10,
     )
     dot = {"marker": "o", "ls": "none", "ms": 6}

@@ -2,7 +2,12 @@
 GGN → posterior → predictive → evidence), which notebook builds each piece, and which of
 the module's four calls runs it. Shown on the landing page and in notebook 00.
 
-    python tools/pipeline_figure.py            # writes book/_static/pipeline.png
+With ``--roadmaps``, also one smaller copy of Part I per Part I notebook, that notebook's
+box highlighted and the rest faded (book/_static/roadmap_<notebook>.png): the roadmap at
+the top of each Part I notebook.
+
+    python tools/pipeline_figure.py              # writes book/_static/pipeline.png
+    python tools/pipeline_figure.py --roadmaps   # and the roadmaps
 """
 
 from __future__ import annotations
@@ -48,7 +53,10 @@ CALLS = [  # the module's call that runs each step, above the main line
 ]
 
 
-def box(ax, x, y, nb, title, body, face, edge):
+def box(ax, x, y, nb, title, body, face, edge, here=None):
+    """One notebook's box; with ``here`` given, its own box bold and every other faded."""
+    mine = here is not None and here in nb.split(", ")
+    alpha = 1.0 if here is None or mine else 0.35
     ax.add_patch(
         FancyBboxPatch(
             (x, y),
@@ -57,12 +65,14 @@ def box(ax, x, y, nb, title, body, face, edge):
             boxstyle="round,pad=0.04,rounding_size=0.12",
             fc=face,
             ec=edge,
-            lw=1.3,
+            lw=3.2 if mine else 1.3,
+            alpha=alpha,
         )
     )
     ax.text(x + W / 2, y + H - 0.12, f"{nb} · {title}", ha="center", va="top",
-            fontsize=9.5, weight="bold", color=edge)  # fmt: skip
-    ax.text(x + W / 2, y + 0.1, body, ha="center", va="bottom", fontsize=8.2)
+            fontsize=9.5, weight="bold", color=edge, alpha=alpha)  # fmt: skip
+    ax.text(x + W / 2, y + 0.1, body, ha="center", va="bottom", fontsize=8.2,
+            alpha=alpha)  # fmt: skip
 
 
 def arrow(ax, a, b, style="-|>", ls="-", color="0.25"):
@@ -107,10 +117,37 @@ def draw(path: Path) -> None:
     plt.close(fig)
 
 
+def roadmap(path: Path, here: str) -> None:
+    """Part I's two rows, notebook ``here`` highlighted."""
+    fig, ax = plt.subplots(figsize=(13, 3.1))
+    for x, y, *t in MAIN:
+        box(ax, x, y, *t, face="#e8f0fb", edge="#1f5fa8", here=here)
+    for x, y, *t in SIDE[1:]:  # 00 is not Part I
+        box(ax, x, y, *t, face="#eef7ec", edge="#2e7d32", here=here)
+    for (x0, y0, *_), (x1, _, *_) in zip(MAIN, MAIN[1:], strict=False):
+        arrow(ax, (x0 + W + 0.05, y0 + H / 2), (x1 - 0.05, y0 + H / 2))
+    for x in (1 * S, 2 * S, 3 * S, 4 * S):
+        arrow(ax, (x + W / 2, 3.0 - 0.05), (x + W / 2, 1.55 + H + 0.05), ls="--",
+              color="#2e7d32")  # fmt: skip
+    ax.set(xlim=(-0.2, 4 * S + W + 0.2), ylim=(1.4, 4.2))
+    ax.axis("off")
+    ax.set_title(f"Part I, and where notebook {here} sits (bold)", fontsize=11)
+    fig.savefig(path, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+
+
+PART_ONE = ["01", "02", "03", "04", "05", "05b", "06", "06b", "07", "07a", "07b"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "book" / "_static" / "pipeline.png"))
-    draw(Path(parser.parse_args().out))
+    parser.add_argument("--roadmaps", action="store_true", help="and Part I's roadmaps")
+    args = parser.parse_args()
+    draw(Path(args.out))
+    if args.roadmaps:
+        for nb in PART_ONE:
+            roadmap(Path(args.out).with_name(f"roadmap_{nb}.png"), nb)
 
 
 if __name__ == "__main__":
