@@ -129,9 +129,15 @@ def roadmap(path: Path, here: str) -> None:
     for x in (1 * S, 2 * S, 3 * S, 4 * S):
         arrow(ax, (x + W / 2, 3.0 - 0.05), (x + W / 2, 1.55 + H + 0.05), ls="--",
               color="#2e7d32")  # fmt: skip
-    ax.set(xlim=(-0.2, 4 * S + W + 0.2), ylim=(1.4, 4.2))
+    order = " → ".join(PART_ONE)
+    ax.text(4 * S + W, 1.3, "reading order: " + order, ha="right",
+            va="top", fontsize=8.5, color="0.3")  # fmt: skip
+    ax.set(xlim=(-0.2, 4 * S + W + 0.2), ylim=(1.0, 4.2))
     ax.axis("off")
-    ax.set_title(f"Part I, and where notebook {here} sits (bold)", fontsize=11)
+    ax.set_title(
+        f"Part I, and where notebook {here} sits (bold); a dashed arrow: extends the piece above",
+        fontsize=11,
+    )
     fig.savefig(path, dpi=80, bbox_inches="tight")
     plt.close(fig)
 
