@@ -315,6 +315,12 @@ RATIO_NAMES = {
 }
 
 
+def mib_text(n_bytes: float) -> str:
+    """A peak in MiB as the figure labels it: whole MiB from 10 on, two digits below."""
+    mib = n_bytes / 2**20
+    return f"{mib:,.0f} MiB" if mib >= 10 else f"{mib:.2g} MiB"
+
+
 def ratio_figure(dev: dict) -> None:
     """Ours ÷ laplace-torch's fastest backend (:func:`ratio_table`), one dot per row
     (network and structure, labelled with the number of weights its posterior covers):
@@ -323,7 +329,7 @@ def ratio_figure(dev: dict) -> None:
     Hollow: a row it does not count, in the time panels ours under ``TIME_FLOOR_S`` (the
     dashed line is ``SLOWER``), in the memory panel a peak counted as the same
     (:func:`memory`; dashed: the band ``MEMORY_BAND``). Beside each dot, in grey, ours'
-    own time (s) or peak (GiB), so that a ratio can be read against what it costs."""
+    own time (s) or peak (MiB), so that a ratio can be read against what it costs."""
     P = {
         (r["model"], r["structure"]): scale.posterior_P(r)
         for r in dev["rows"]
@@ -364,7 +370,7 @@ def ratio_figure(dev: dict) -> None:
             )
             ours = dev["pairs"][key][k][0]  # ours' own value, beside its dot
             ax.annotate(
-                f"{ours / 2**30:.2g} GiB" if key == "peak_bytes" else f"{ours:.2g} s",
+                mib_text(ours) if key == "peak_bytes" else f"{ours:.2g} s",
                 (dev["ratio"][key][k], i),
                 xytext=(5, 0),
                 textcoords="offset points",

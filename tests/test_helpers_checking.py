@@ -1,9 +1,10 @@
-"""helpers.checking: the notebooks' compare (printed and asserted) and brief."""
+"""helpers.checking: the notebooks' compare (printed and asserted), brief, and keep_yours."""
 
 import pytest
 import torch
 
 import laplace_from_scratch as lfs
+from laplace_from_scratch import helpers
 from laplace_from_scratch.helpers.checking import brief, compare
 
 
@@ -22,3 +23,51 @@ def test_brief_prints_signature_and_first_paragraph(capsys):
     first, second = capsys.readouterr().out.splitlines()[:2]
     assert first.startswith("lfs.posterior.posterior_precision(") and ":" not in first
     assert second.startswith("    ") and len(second) <= 88
+
+
+# keep_yours: a folded solution stands in for the reader's function only while the
+# reader's is still a stub
+
+
+def stub_with_docstring(x):
+    """Twice x."""
+    ...
+
+
+def stub_with_pass(x):
+    pass
+
+
+def stub_docstring_only(x, y=1):
+    """Nothing yet."""
+
+
+def written(x):
+    """Twice x."""
+    return 2 * x
+
+
+def returns_none_explicitly(x):
+    print(x)
+    return None
+
+
+def test_is_stub_tells_an_empty_body_from_a_written_one():
+    for fn in (stub_with_docstring, stub_with_pass, stub_docstring_only):
+        assert helpers.is_stub(fn), fn.__name__
+    for fn in (written, returns_none_explicitly, lambda x: x):
+        assert not helpers.is_stub(fn), fn.__name__
+
+
+def test_keep_yours_uses_the_solution_until_yours_is_written():
+    @helpers.keep_yours(stub_with_docstring)
+    def twice(x):
+        return x + x
+
+    assert twice(3) == 6 and twice.__name__ == "twice"  # the solution stood in
+
+    @helpers.keep_yours(written)
+    def twice_again(x):
+        return x + x
+
+    assert twice_again is written  # the reader's own version is kept

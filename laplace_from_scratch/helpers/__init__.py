@@ -19,7 +19,9 @@ there imports from here. The notebooks import both, side by side::
 * ``shift.py``: rotated, inverted, noise and FGSM-perturbed inputs;
 * ``baselines.py``: temperature scaling, deep ensembles, MC dropout;
 * ``checking.py``: ``compare`` (the reader's algorithm against the module's, printed
-  and asserted) and ``brief`` (a module function's signature and docstring summary);
+  and asserted), ``brief`` (a module function's signature and docstring summary) and
+  ``keep_yours`` (a folded solution stands in for a function the reader has not
+  written yet);
 * ``plotting.py``: regression bands, 2-D contours, reliability diagrams. Imported on
   first use (``helpers.plotting``), so that importing the helpers does not load
   matplotlib's pyplot.
@@ -31,6 +33,7 @@ import importlib
 
 from . import baselines, data, metrics, models, shift, training
 from .baselines import ensemble_probs, fit_temperature, mc_dropout_probs
+from .checking import is_stub, keep_yours
 from .data import (
     ImageData,
     image_data,
@@ -128,4 +131,7 @@ __all__ = [
     "ensemble_probs",
     "fit_temperature",
     "mc_dropout_probs",
+    # checking.py
+    "is_stub",
+    "keep_yours",
 ]

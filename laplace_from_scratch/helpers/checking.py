@@ -1,9 +1,11 @@
-"""The notebooks' two reading aids: a printed, asserted comparison of the reader's
-version of an algorithm with the module's, and the module function's signature and
-docstring summary (not its body: the reader wrote that)."""
+"""The notebooks' reading aids: a printed, asserted comparison of the reader's version
+of an algorithm with the module's; the module function's signature and docstring
+summary (not its body: the reader wrote that); and :func:`keep_yours`, which lets a
+folded solution stand in for a function the reader has not written yet."""
 
 from __future__ import annotations
 
+import dis
 import inspect
 import textwrap
 from collections.abc import Callable
@@ -33,3 +35,25 @@ def brief(fn: Callable) -> None:
     where = fn.__module__.replace("laplace_from_scratch", "lfs")
     print(f"{where}.{fn.__qualname__}{sig}")
     print(textwrap.fill(doc, 88, initial_indent="    ", subsequent_indent="    "))
+
+
+def is_stub(fn: Callable) -> bool:
+    """Whether ``fn``'s body does nothing: a docstring and ``...`` or ``pass``, the stub
+    a notebook gives the reader to fill in."""
+    steps = [i for i in dis.get_instructions(fn) if i.opname not in ("RESUME", "NOP")]
+    return all(
+        i.opname in ("LOAD_CONST", "RETURN_VALUE", "RETURN_CONST") and i.argval is None
+        for i in steps
+    )
+
+
+def keep_yours(yours: Callable) -> Callable[[Callable], Callable]:
+    """Decorator for a notebook's folded solution: returns ``yours``, the reader's
+    function, once its body is written, and the decorated solution while ``yours`` is
+    still a stub (:func:`is_stub`). So the check after it tests the reader's version,
+    and "Run all" works before the reader has written anything."""
+
+    def pick(solution: Callable) -> Callable:
+        return solution if is_stub(yours) else yours
+
+    return pick
