@@ -71,3 +71,22 @@ def test_keep_yours_uses_the_solution_until_yours_is_written():
         return x + x
 
     assert twice_again is written  # the reader's own version is kept
+
+
+def test_a_class_is_a_stub_until_one_of_its_methods_is_written():
+    class Stub:
+        """A stub class."""
+
+        def __init__(self, x):
+            """Keep x."""
+
+        def twice(self):
+            """Twice x."""
+            ...
+
+    class Written(Stub):
+        def twice(self):
+            return 2
+
+    assert helpers.is_stub(Stub) and not helpers.is_stub(Written)
+    assert helpers.keep_yours(Written)(Stub) is Written

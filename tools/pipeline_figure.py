@@ -135,10 +135,11 @@ def roadmap(path: Path, here: str) -> None:
     ax.set(xlim=(-0.2, 4 * S + W + 0.2), ylim=(1.0, 4.2))
     ax.axis("off")
     ax.set_title(
-        f"Part I, and where notebook {here} sits (bold); a dashed arrow: extends the piece above",
+        f"Part I, and where notebook {here} sits (bold); a green arrow: the notebook "
+        "below extends the piece above",
         fontsize=11,
     )
-    fig.savefig(path, dpi=80, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -39,7 +39,11 @@ def brief(fn: Callable) -> None:
 
 def is_stub(fn: Callable) -> bool:
     """Whether ``fn``'s body does nothing: a docstring and ``...`` or ``pass``, the stub
-    a notebook gives the reader to fill in."""
+    a notebook gives the reader to fill in. A class is a stub when every method it
+    defines is."""
+    if inspect.isclass(fn):
+        methods = [v for v in vars(fn).values() if inspect.isfunction(v)]
+        return all(is_stub(m) for m in methods)
     steps = [i for i in dis.get_instructions(fn) if i.opname not in ("RESUME", "NOP")]
     return all(
         i.opname in ("LOAD_CONST", "RETURN_VALUE", "RETURN_CONST") and i.argval is None
