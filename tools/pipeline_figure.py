@@ -44,6 +44,7 @@ CHECK = [
     (1 * S, 0.1, "08", "vs laplace-torch", "parity to round-off;\nCPU and GPU at scale"),
     (2 * S, 0.1, "09", "into the wild", "calibration, OOD, shift;\nwhen Laplace helps"),
 ]
+PART_ONE = ["01", "02", "03", "04", "05", "05b", "06", "06b", "07", "07a", "07b"]
 CALLS = [  # the module's call that runs each step, above the main line
     (0 * S, "your training"),
     (1 * S, "la.fit(loader)"),
@@ -79,23 +80,28 @@ def arrow(ax, a, b, style="-|>", ls="-", color="0.25"):
     ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=12, lw=1.2, ls=ls, color=color))
 
 
-def draw(path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(13, 5.2))
+def part_one(ax, side, here=None) -> None:
+    """Part I's two rows: the main line with its arrows, and the ``side`` notebooks
+    hanging below the piece each extends; with ``here``, that notebook highlighted."""
     for x, y, *t in MAIN:
-        box(ax, x, y, *t, face="#e8f0fb", edge="#1f5fa8")
-    for x, y, *t in SIDE:
-        box(ax, x, y, *t, face="#eef7ec", edge="#2e7d32")
-    for x, y, *t in CHECK:
-        box(ax, x, y, *t, face="#fbf0e6", edge="#b35c00")
+        box(ax, x, y, *t, face="#e8f0fb", edge="#1f5fa8", here=here)
+    for x, y, *t in side:
+        box(ax, x, y, *t, face="#eef7ec", edge="#2e7d32", here=here)
     for (x0, y0, *_), (x1, _, *_) in zip(MAIN, MAIN[1:], strict=False):
         arrow(ax, (x0 + W + 0.05, y0 + H / 2), (x1 - 0.05, y0 + H / 2))
-    for x, label in CALLS:
-        ax.text(x + W / 2, 3.0 + H + 0.12, label, ha="center", va="bottom",
-                fontsize=8, family="monospace", color="#1f5fa8")  # fmt: skip
-    # side notebooks hang below the piece they extend
     for x in (1 * S, 2 * S, 3 * S, 4 * S):
         arrow(ax, (x + W / 2, 3.0 - 0.05), (x + W / 2, 1.55 + H + 0.05), ls="--",
               color="#2e7d32")  # fmt: skip
+
+
+def draw(path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(13, 5.2))
+    part_one(ax, SIDE)
+    for x, y, *t in CHECK:
+        box(ax, x, y, *t, face="#fbf0e6", edge="#b35c00")
+    for x, label in CALLS:
+        ax.text(x + W / 2, 3.0 + H + 0.12, label, ha="center", va="bottom",
+                fontsize=8, family="monospace", color="#1f5fa8")  # fmt: skip
     ax.text(-0.15, 3.0 + H / 2, "Part I\nbuilding it", ha="right", va="center",
             fontsize=9, color="#1f5fa8")  # fmt: skip
     ax.text(-0.15, 0.1 + H / 2, "Part II\nchecking it", ha="right", va="center",
@@ -120,15 +126,7 @@ def draw(path: Path) -> None:
 def roadmap(path: Path, here: str) -> None:
     """Part I's two rows, notebook ``here`` highlighted."""
     fig, ax = plt.subplots(figsize=(13, 3.1))
-    for x, y, *t in MAIN:
-        box(ax, x, y, *t, face="#e8f0fb", edge="#1f5fa8", here=here)
-    for x, y, *t in SIDE[1:]:  # 00 is not Part I
-        box(ax, x, y, *t, face="#eef7ec", edge="#2e7d32", here=here)
-    for (x0, y0, *_), (x1, _, *_) in zip(MAIN, MAIN[1:], strict=False):
-        arrow(ax, (x0 + W + 0.05, y0 + H / 2), (x1 - 0.05, y0 + H / 2))
-    for x in (1 * S, 2 * S, 3 * S, 4 * S):
-        arrow(ax, (x + W / 2, 3.0 - 0.05), (x + W / 2, 1.55 + H + 0.05), ls="--",
-              color="#2e7d32")  # fmt: skip
+    part_one(ax, SIDE[1:], here)  # 00 is not Part I
     order = " → ".join(PART_ONE)
     ax.text(4 * S + W, 1.3, "reading order: " + order, ha="right",
             va="top", fontsize=8.5, color="0.3")  # fmt: skip
@@ -141,9 +139,6 @@ def roadmap(path: Path, here: str) -> None:
     )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
-
-
-PART_ONE = ["01", "02", "03", "04", "05", "05b", "06", "06b", "07", "07a", "07b"]
 
 
 def main() -> None:
