@@ -323,7 +323,8 @@ def mib_text(n_bytes: float) -> str:
 
 def ratio_figure(dev: dict) -> None:
     """Ours ÷ laplace-torch's fastest backend (:func:`ratio_table`), one dot per row
-    (network and structure, labelled with the number of weights its posterior covers):
+    (network and structure, labelled with the number of weights its posterior covers
+    and, where ``dev`` joins several records, the record it comes from):
     one panel each for fit, predict, warm δ tuning and peak memory; left of the line at
     1 ours is faster or lighter. Red: a row the verdict counts as slower or heavier.
     Hollow: a row it does not count, in the time panels ours under ``TIME_FLOOR_S`` (the
@@ -393,7 +394,12 @@ def ratio_figure(dev: dict) -> None:
         )
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].set_xlim(min(values) / 1.6, max(values) * 6)  # room for the labels
-    labels = [f"{plain(*k)} (P = {P[k]:,})" for k in rows]
+    # with several records, each row names the one it comes from (record_name)
+    record = dev["table"]["record"] if "record" in dev["table"] else {}
+    labels = [
+        f"{plain(*k)} (P = {P[k]:,}" + (f"; {record[k]})" if k in record else ")")
+        for k in rows
+    ]
     axes[0].set_yticks(range(len(rows)), labels, fontsize=9)
     axes[0].set_ylim(len(rows) - 0.5, -0.5)
     m = dev["recs"][-1]["meta"]
