@@ -200,8 +200,41 @@ def machine_meta(device: str, **extra) -> dict:
             "cudnn": torch.backends.cudnn.allow_tf32,
             "matmul": torch.backends.cuda.matmul.allow_tf32,
         },
+        # which code made the record: a hash of the module's source (works without git,
+        # e.g. on a copied working tree) and the commit, where there is one
+        "module_sha256": module_hash(),
+        "commit": _commit(),
         **extra,
     }
+
+
+def module_hash() -> str:
+    """The first 12 hex digits of the SHA-256 of laplace_from_scratch's Python files,
+    read in sorted path order: records with the same hash ran the same module code."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parents[1] / "laplace_from_scratch"
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _commit() -> str | None:
+    """The checkout's commit, with "+changes" when tracked files differ from it; None
+    without git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        run = lambda *a: subprocess.run(  # noqa: E731
+            ["git", *a], capture_output=True, text=True, timeout=30, cwd=root
+        )
+        head = run("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return head.stdout.strip() + ("+changes" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
 
 
 def _driver() -> str | None:
