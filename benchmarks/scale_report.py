@@ -351,10 +351,11 @@ def ratio_figure(dev: dict) -> None:
     )
     values = [v for key in keys for v in dev["ratio"][key].values()]
     for ax, key in zip(axes, keys, strict=True):
-        # hollow: over the 1.1× band, yet not counted (under the rules' floors)
+        # hollow: not counted. Time: over the 1.1× band, but ours under the floor;
+        # memory: peaks counted as the same (within the band, or both small)
         over = {k for k, r in dev["ratio"][key].items() if r > SLOWER}
         if key == "peak_bytes":
-            hollow, red = set(mem["equal"]) & over, set(mem["higher"])
+            hollow, red = set(mem["equal"]), set(mem["higher"])
         else:
             pairs = dev["pairs"][key]
             hollow = {k for k, (ours, _) in pairs.items() if ours < TIME_FLOOR_S} & over
@@ -420,8 +421,8 @@ def ratio_figure(dev: dict) -> None:
             color="k",
             mfc="none",
             **dot,
-            label=f"over {SLOWER:g}× but not counted (under {TIME_FLOOR_S:g} s; "
-            "memory: both peaks small)",
+            label=f"not counted (time: over {SLOWER:g}× but under {TIME_FLOOR_S:g} s; "
+            "memory: the same peak)",
         ),
         Line2D([], [], color="k", lw=0.8, ls="--", label="the rules' bounds"),
     ]

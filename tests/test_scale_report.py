@@ -142,7 +142,7 @@ def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeyp
     structure (its posterior's P in the label); in the time panels a dashed line at SLOWER,
     red markers for the rows the verdict counts as slower and hollow ones for rows over
     SLOWER that ours timed under TIME_FLOOR_S, which it leaves out; in the memory panel
-    hollow markers for peaks over MEMORY_BAND apart yet counted as the same (both small)."""
+    hollow markers for peaks counted as the same."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,8 +177,7 @@ def test_ratio_figure_has_a_tuning_panel_and_marks_uncounted_rows_hollow(monkeyp
     assert markers(axes[2])[1] > 0  # the CPU record's slower δ tunings are red
     # the memory panel: hollow where the peaks count as the same, a dashed band
     mem = report.memory(dev)
-    small = [k for k in mem["equal"] if dev["ratio"]["peak_bytes"][k] > report.MEMORY_BAND]
-    assert markers(axes[3]) == (len(small), len(mem["higher"])) and mem["equal"]
+    assert markers(axes[3]) == (len(mem["equal"]), len(mem["higher"])) and mem["equal"]
     assert sum(line.get_linestyle() == "--" for line in axes[3].lines) == 2
     plt.close(fig)
 
