@@ -28,7 +28,7 @@ W, H = 2.7, 1.05  # a box's width and height, in data units
 S = 3.1  # the distance between boxes
 MAIN = [
     (0 * S, 3.0, "01", "MAP", "train θ*; weight decay\n= a Gaussian prior δ"),
-    (1 * S, 3.0, "02", "curvature", "Jacobians J, the GGN\nH = Σ Jᵀ Λ J"),
+    (1 * S, 3.0, "02", "curvature", "Jacobians J, the GGN\nH = Σ Jᵀ Λ J (Λ = I\nin regression)"),
     (2 * S, 3.0, "03", "posterior", "N(θ*, Σ), Σ⁻¹ = H/σ² + δI,\nand samples"),
     (3 * S, 3.0, "04", "predictive", "linearised (GLM):\nf(x; θ*), J Σ Jᵀ"),
     (4 * S, 3.0, "05, 05b", "evidence", "tune δ and σ;\ncompare models"),
