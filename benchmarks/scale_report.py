@@ -353,13 +353,11 @@ def ratio_figure(dev: dict) -> None:
     for ax, key in zip(axes, keys, strict=True):
         # hollow: not counted. Time: over the 1.1× band, but ours under the floor;
         # memory: peaks counted as the same (within the band, or both small)
-        over = {k for k, r in dev["ratio"][key].items() if r > SLOWER}
         if key == "peak_bytes":
             hollow, red = set(mem["equal"]), set(mem["higher"])
         else:
-            pairs = dev["pairs"][key]
-            hollow = {k for k, (ours, _) in pairs.items() if ours < TIME_FLOOR_S} & over
-            red = set(slower(dev, key)[0])
+            counted, excused, _ = slower(dev, key)
+            hollow, red = set(excused), set(counted)
         for i, k in enumerate(rows):
             if k not in dev["ratio"][key]:
                 continue
